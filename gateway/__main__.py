@@ -1,0 +1,5 @@
+import sys
+
+from gateway.cli.main import main
+
+sys.exit(main())
