@@ -1,0 +1,1 @@
+"""The ASGI front door: who sent a request, what it asks for, and admission."""

@@ -1,0 +1,150 @@
+"""Authentication: turn a request's credentials into a ``UserInfo``, as kube-apiserver does.
+
+Sources are tried in kube-apiserver's order: trusted front-proxy headers (only from configured
+source networks), a bearer token from the static token file, an OpenWhisk API key in HTTP Basic,
+then anonymous. Presented but wrong credentials are an error (401), never a fall-through to
+anonymous. Everything here is synchronous: the tables are loaded up front and swapped on reload.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from gateway.asgi.credentials import OpenWhiskKey, with_authenticated
+from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
+from gateway.http.types import Scope
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Unauthorized(Exception):
+    """Credentials were presented and are not valid (HTTP 401)."""
+
+
+@dataclass(frozen=True)
+class FrontProxyConfig:
+    """Identity headers from a trusted proxy in front of us (Kubernetes ``--requestheader-*``)."""
+
+    allowed_cidrs: tuple[Network, ...] = ()
+    username_headers: tuple[str, ...] = ("X-Remote-User",)
+    group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_header_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+    _user: tuple[bytes, ...] = field(init=False, repr=False)
+    _group: tuple[bytes, ...] = field(init=False, repr=False)
+    _extra: tuple[bytes, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_user", _lower(self.username_headers))
+        object.__setattr__(self, "_group", _lower(self.group_headers))
+        object.__setattr__(self, "_extra", _lower(self.extra_header_prefixes))
+
+    def trusts(self, client: tuple[str, int] | None) -> bool:
+        if client is None or not self.allowed_cidrs:
+            return False
+        try:
+            addr = ipaddress.ip_address(client[0])
+        except ValueError:
+            return False
+        return any(addr in net for net in self.allowed_cidrs)
+
+    def is_identity_header(self, name: bytes) -> bool:
+        """True for headers a client must never be able to pass through to the upstream."""
+        return name in self._user or name in self._group or name.startswith(self._extra)
+
+
+def _lower(names: Iterable[str]) -> tuple[bytes, ...]:
+    return tuple(n.lower().encode("latin-1") for n in names)
+
+
+class RequestAuthenticator:
+    """The union of the configured sources; ``authenticate`` never returns None."""
+
+    def __init__(
+        self,
+        *,
+        tokens: Mapping[str, UserInfo] | None = None,
+        openwhisk_keys: Mapping[str, OpenWhiskKey] | None = None,
+        front_proxy: FrontProxyConfig | None = None,
+        anonymous: bool = True,
+    ) -> None:
+        self.tokens = dict(tokens or {})
+        self.openwhisk_keys = dict(openwhisk_keys or {})
+        self.front_proxy = front_proxy or FrontProxyConfig()
+        self.anonymous = anonymous
+
+    def authenticate(self, scope: Scope) -> UserInfo:
+        fp = self.front_proxy
+        if fp.allowed_cidrs and fp.trusts(scope.get("client")):
+            user = self._from_front_proxy(scope["headers"])
+            if user is not None:
+                return user
+        authorization = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+                break
+        if authorization:
+            scheme, _, credential = authorization.partition(b" ")
+            scheme = scheme.lower()
+            if scheme == b"bearer" and self.tokens:
+                user = self.tokens.get(credential.strip().decode("latin-1"))
+                if user is None:
+                    raise Unauthorized("invalid bearer token")
+                return user
+            if scheme == b"basic" and self.openwhisk_keys:
+                return self._from_basic(credential.strip())
+        if self.anonymous:
+            return ANONYMOUS
+        raise Unauthorized("authentication required")
+
+    def _from_basic(self, credential: bytes) -> UserInfo:
+        try:
+            decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise Unauthorized("malformed basic credentials") from exc
+        uuid, _, key = decoded.partition(":")
+        entry = self.openwhisk_keys.get(uuid)
+        if entry is None or not hmac.compare_digest(entry.key.encode(), key.encode()):
+            raise Unauthorized("invalid API key")
+        return entry.user
+
+    def _from_front_proxy(self, headers: list[tuple[bytes, bytes]]) -> UserInfo | None:
+        fp = self.front_proxy
+        name = ""
+        groups: list[str] = []
+        extra: dict[str, list[str]] = {}
+        for key, value in headers:
+            if key in fp._user:
+                name = name or value.decode("latin-1").strip()
+            elif key in fp._group:
+                groups.append(value.decode("latin-1").strip())
+            else:
+                for prefix in fp._extra:
+                    if key.startswith(prefix):
+                        extra_key = unquote(key[len(prefix) :].decode("latin-1")).lower()
+                        extra.setdefault(extra_key, []).append(value.decode("latin-1").strip())
+                        break
+        if not name:
+            return None
+        return UserInfo(
+            name,
+            with_authenticated(tuple(g for g in groups if g)),
+            extra=tuple((k, tuple(v)) for k, v in sorted(extra.items())),
+        )
+
+
+def parse_cidrs(values: Iterable[str]) -> tuple[Network, ...]:
+    """Parse CIDRs (bare addresses allowed); raises ValueError naming the bad entry."""
+    nets = []
+    for v in values:
+        try:
+            nets.append(ipaddress.ip_network(v.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"invalid CIDR {v!r}: {exc}") from exc
+    return tuple(nets)

@@ -1,0 +1,1 @@
+"""HTTP helpers shared by the front door: Kubernetes ``Status`` bodies, fixed ASGI replies."""

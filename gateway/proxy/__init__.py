@@ -1,0 +1,1 @@
+"""Reverse proxy: header hygiene, streaming, upstream errors mapped to 502/504."""

@@ -1,0 +1,117 @@
+"""Upstream transport on ``aiohttp.ClientSession``: the fastest client measured here (ADR 0001)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import aiohttp
+
+from gateway.proxy.transport import (
+    SMALL_BODY,
+    Headers,
+    PoolLimits,
+    Timeouts,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+
+SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+
+
+@contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except UpstreamError:
+        raise
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise UpstreamTimeout(str(exc) or "upstream timed out") from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamConnectError(str(exc)) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
+
+
+class AiohttpResponse:
+    __slots__ = ("_resp", "body", "headers", "status")
+
+    def __init__(self, resp: aiohttp.ClientResponse, body: bytes | None) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.headers: Headers = [(k.lower(), v) for k, v in resp.raw_headers]
+        self.body = body
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        with _mapped():
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+
+    async def aclose(self) -> None:
+        self._resp.release()
+
+
+class AiohttpUpstreamTransport:
+    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=timeouts.pool,
+            sock_connect=timeouts.connect,
+            sock_read=timeouts.read,
+        )
+        self._limits = limits
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
+
+    def _session(self, long_running: bool) -> aiohttp.ClientSession:
+        session = self._sessions.get(long_running)
+        if session is None:
+            connector = aiohttp.TCPConnector(
+                limit=0 if long_running else self._limits.max_connections,
+                limit_per_host=0,
+                keepalive_timeout=self._limits.keepalive_expiry,
+                use_dns_cache=True,
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                skip_auto_headers=SKIP_AUTO_HEADERS,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+            self._sessions[long_running] = session
+        return session
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        long_running: bool = False,
+    ) -> AiohttpResponse:
+        str_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+        with _mapped():
+            resp = await self._session(long_running).request(
+                method,
+                url,
+                headers=str_headers,
+                data=body,
+                allow_redirects=False,
+                compress=None,
+            )
+            try:
+                length = resp.content_length
+                if not long_running and length is not None and length <= SMALL_BODY:
+                    return AiohttpResponse(resp, await resp.read())
+            except BaseException:
+                resp.release()
+                raise
+        return AiohttpResponse(resp, None)
+
+    async def aclose(self) -> None:
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()

@@ -1,0 +1,188 @@
+"""The reverse-proxy ASGI app: picks an upstream by path prefix and streams both ways.
+
+A raw ASGI callable (no Starlette request/response objects): every layer on this path shows up
+in the benchmark ratios (docs/performance.md, "Front door"). Identity comes from the digest the
+front-door middleware stored in ``scope["gateway.digest"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from gateway.flowcontrol.digest import RequestDigest
+from gateway.http.status import send_status
+from gateway.http.types import Receive, Scope, Send
+from gateway.proxy.headers import HeaderPolicy, response_headers
+from gateway.proxy.transport import (
+    SMALL_BODY,
+    Transport,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
+
+DIGEST_KEY = "gateway.digest"
+LONG_RUNNING_KEY = "gateway.long_running"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRoute:
+    """Requests whose path starts with ``prefix`` go to ``url`` (scheme://host[:port][/base])."""
+
+    prefix: str
+    url: str
+    strip_prefix: bool = False
+
+
+# (upstream url, error kind or "" on success, seconds until response headers)
+Observer = Callable[[str, str, float], None]
+
+
+class ProxyApp:
+    def __init__(
+        self,
+        *,
+        routes: list[UpstreamRoute],
+        transport: Transport,
+        headers: HeaderPolicy | None = None,
+        observe: Observer | None = None,
+    ) -> None:
+        if not routes:
+            raise ValueError("at least one upstream is required")
+        # Longest prefix first, so /api/v2 wins over /api.
+        self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
+        self.transport = transport
+        self.headers = headers or HeaderPolicy()
+        self.observe = observe
+
+    def route(self, path: str) -> UpstreamRoute | None:
+        for r in self.routes:
+            if path.startswith(r.prefix):
+                return r
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1003})
+            return
+        path: str = scope["path"]
+        route = self.route(path)
+        if route is None:
+            await send_status(send, 404, f"no upstream serves {path}", reason="NotFound")
+            return
+        raw_path: bytes = scope.get("raw_path") or path.encode()
+        if route.strip_prefix:
+            raw_path = raw_path[len(route.prefix.rstrip("/")) :] or b"/"
+        url = route.url + raw_path.decode("latin-1")
+        if scope["query_string"]:
+            url += "?" + scope["query_string"].decode("latin-1")
+        digest: RequestDigest | None = scope.get(DIGEST_KEY)
+        client = scope.get("client")
+        headers = self.headers.request_headers(
+            scope["headers"],
+            client_host=client[0] if client else "",
+            scheme=scope["scheme"],
+            user=digest.user if digest is not None else None,
+        )
+        body = await _request_body(scope, receive)
+        long_running = bool(scope.get(LONG_RUNNING_KEY))
+        started = time.perf_counter()
+        try:
+            resp = await self.transport.send(
+                scope["method"], url, headers, body, long_running=long_running
+            )
+        except UpstreamError as exc:
+            if self.observe:
+                self.observe(route.url, exc.kind, time.perf_counter() - started)
+            code = 504 if isinstance(exc, UpstreamTimeout) else 502
+            await send_status(send, code, f"upstream {route.url}: {exc.kind}: {exc}")
+            return
+        if self.observe:
+            self.observe(route.url, "", time.perf_counter() - started)
+        try:
+            await self._relay(resp, receive, send)
+        finally:
+            await resp.aclose()
+
+    async def _relay(self, resp: UpstreamResponse, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": resp.status,
+                "headers": response_headers(resp.headers),
+            }
+        )
+        if resp.body is not None:
+            await send({"type": "http.response.body", "body": resp.body})
+            return
+        # A stream of unknown length may never end (watch, SSE): stop when the client leaves.
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def on_disconnect(f: asyncio.Future[None]) -> None:
+            nonlocal left
+            if not f.cancelled():
+                left = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(_wait_disconnect(receive))
+        watcher.add_done_callback(on_disconnect)
+        try:
+            async for chunk in resp.stream():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            task.uncancel()
+        finally:
+            watcher.remove_done_callback(on_disconnect)
+            watcher.cancel()
+
+
+async def _request_body(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:
+    """None for bodiless requests, bytes for small sized ones, else a stream."""
+    length = -1
+    chunked = False
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            length = int(value) if value.isdigit() else -1
+        elif name == b"transfer-encoding":
+            chunked = True
+    if length == 0 or (length < 0 and not chunked):
+        return None
+    if 0 < length <= SMALL_BODY:
+        parts = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        return b"".join(parts)
+    return _stream_body(receive)
+
+
+async def _stream_body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body = message.get("body", b"")
+        if body:
+            yield body
+        if not message.get("more_body", False):
+            return
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

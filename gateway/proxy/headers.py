@@ -1,0 +1,120 @@
+"""Header hygiene between client and upstream (RFC 9110 section 7.6.1, plus identity headers).
+
+Client-sent identity headers are always dropped: the router behind us trusts ``X-Remote-*`` from
+our address, so only the identity we authenticated may reach it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gateway.flowcontrol.digest import UserInfo
+
+Headers = list[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+    }
+)
+# Set by us, never copied from the client (X-Forwarded-For is extended instead).
+REPLACED = frozenset({b"host", b"x-forwarded-proto", b"x-forwarded-host"})
+FORWARD_USER = b"x-remote-user"
+FORWARD_GROUP = b"x-remote-group"
+FORWARD_EXTRA = b"x-remote-extra-"
+
+
+class HeaderPolicy:
+    """Precomputed sets so the per-request loops are a few set lookups per header."""
+
+    def __init__(
+        self,
+        *,
+        identity_headers: Iterable[str] = (),
+        identity_prefixes: Iterable[str] = (),
+        forward_identity: bool = True,
+    ) -> None:
+        self.drop_request = (
+            HOP_BY_HOP
+            | REPLACED
+            | {FORWARD_USER, FORWARD_GROUP}
+            | {h.lower().encode("latin-1") for h in identity_headers}
+        )
+        self.drop_prefixes = (
+            FORWARD_EXTRA,
+            *(p.lower().encode("latin-1") for p in identity_prefixes),
+        )
+        self.forward_identity = forward_identity
+
+    def request_headers(
+        self,
+        headers: Headers,
+        *,
+        client_host: str,
+        scheme: str,
+        user: UserInfo | None,
+    ) -> Headers:
+        out: Headers = []
+        drop = self.drop_request
+        prefixes = self.drop_prefixes
+        connection_tokens: frozenset[bytes] = frozenset()
+        forwarded_for = b""
+        host = b""
+        for name, value in headers:
+            if name in drop:
+                if name == b"connection":
+                    connection_tokens = _tokens(value)
+                elif name == b"host":
+                    host = value
+                continue
+            if name == b"x-forwarded-for":
+                forwarded_for = value if not forwarded_for else forwarded_for + b", " + value
+                continue
+            if name.startswith(prefixes):
+                continue
+            out.append((name, value))
+        if connection_tokens:
+            out = [(n, v) for n, v in out if n not in connection_tokens]
+        client = client_host.encode("latin-1")
+        out.append(
+            (b"x-forwarded-for", forwarded_for + b", " + client if forwarded_for else client)
+        )
+        out.append((b"x-forwarded-proto", scheme.encode("latin-1")))
+        if host:
+            out.append((b"x-forwarded-host", host))
+        if user is not None and self.forward_identity:
+            out.append((FORWARD_USER, user.name.encode("utf-8")))
+            for group in user.groups:
+                out.append((FORWARD_GROUP, group.encode("utf-8")))
+            for key, values in user.extra:
+                name = FORWARD_EXTRA + _extra_key(key)
+                for v in values:
+                    out.append((name, v.encode("utf-8")))
+        return out
+
+
+def response_headers(headers: Headers) -> Headers:
+    tokens: frozenset[bytes] = frozenset()
+    for name, value in headers:
+        if name == b"connection":
+            tokens = _tokens(value)
+    return [(n, v) for n, v in headers if n not in HOP_BY_HOP and n not in tokens]
+
+
+def _tokens(value: bytes) -> frozenset[bytes]:
+    return frozenset(t.strip().lower() for t in value.split(b",") if t.strip())
+
+
+def _extra_key(key: str) -> bytes:
+    from urllib.parse import quote
+
+    return quote(key.lower(), safe="").encode("ascii")

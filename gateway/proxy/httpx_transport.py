@@ -1,0 +1,114 @@
+"""Upstream transports through ``httpx.AsyncClient``: httpcore's pool, or httpx-aiohttp's.
+
+Kept so the choice in ADR 0001 can be re-measured (``bench/bench_frontdoor.py --transports``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from gateway.proxy.transport import (
+    SMALL_BODY,
+    Headers,
+    PoolLimits,
+    Timeouts,
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+
+
+@contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise UpstreamTimeout(str(exc) or "upstream timed out") from exc
+    except httpx.ConnectError as exc:
+        raise UpstreamConnectError(str(exc)) from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
+
+
+class HttpxResponse:
+    __slots__ = ("_resp", "body", "headers", "status")
+
+    def __init__(self, resp: httpx.Response, body: bytes | None) -> None:
+        self._resp = resp
+        self.status = resp.status_code
+        self.headers: Headers = [(k.lower(), v) for k, v in resp.headers.raw]
+        self.body = body
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        with _mapped():
+            async for chunk in self._resp.aiter_raw():
+                yield chunk
+
+    async def aclose(self) -> None:
+        await self._resp.aclose()
+
+
+class HttpxUpstreamTransport:
+    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+        self._timeout = httpx.Timeout(
+            connect=timeouts.connect, read=timeouts.read, write=timeouts.read, pool=timeouts.pool
+        )
+        self._limits = limits
+        self._clients: dict[bool, httpx.AsyncClient] = {}
+
+    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport(limits=limits)
+
+    def _client(self, long_running: bool) -> httpx.AsyncClient:
+        client = self._clients.get(long_running)
+        if client is None:
+            max_conn = None if long_running else self._limits.max_connections
+            limits = httpx.Limits(
+                max_connections=max_conn,
+                max_keepalive_connections=max_conn,
+                keepalive_expiry=self._limits.keepalive_expiry,
+            )
+            client = httpx.AsyncClient(
+                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False
+            )
+            self._clients[long_running] = client
+        return client
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        long_running: bool = False,
+    ) -> HttpxResponse:
+        client = self._client(long_running)
+        with _mapped():
+            request = client.build_request(method, url, headers=headers, content=body)
+            resp = await client.send(request, stream=True)
+            try:
+                length = resp.headers.get("content-length")
+                if not long_running and length is not None and int(length) <= SMALL_BODY:
+                    body = b"".join([c async for c in resp.aiter_raw()])
+                    return HttpxResponse(resp, body)
+            except BaseException:
+                await resp.aclose()
+                raise
+        return HttpxResponse(resp, None)
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+class HttpxAiohttpUpstreamTransport(HttpxUpstreamTransport):
+    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        from httpx_aiohttp import AiohttpTransport
+
+        transport: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits, trust_env=False)
+        return transport

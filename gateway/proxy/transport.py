@@ -1,0 +1,108 @@
+"""The upstream transport seam: one ``send`` call, chosen by name and imported lazily.
+
+Exception tree (raised ``from`` the client library's own exception)::
+
+    UpstreamError
+    ├── UpstreamConnectError   connection refused / reset before a response  -> 502
+    ├── UpstreamTimeout        connect, pool or read timeout                 -> 504
+    └── UpstreamProtocolError  malformed or truncated response               -> 502
+
+The implementations (``aiohttp``, ``httpx``, ``httpx-aiohttp``) were measured against each other;
+see docs/decisions/0001-proxy-transport.md for why ``aiohttp`` is the default.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+TransportName = Literal["aiohttp", "httpx", "httpx-aiohttp"]
+TRANSPORTS: dict[str, str] = {
+    "aiohttp": "gateway.proxy.aiohttp_transport:AiohttpUpstreamTransport",
+    "httpx": "gateway.proxy.httpx_transport:HttpxUpstreamTransport",
+    "httpx-aiohttp": "gateway.proxy.httpx_transport:HttpxAiohttpUpstreamTransport",
+}
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class UpstreamError(Exception):
+    kind = "error"
+
+
+class UpstreamConnectError(UpstreamError):
+    kind = "connect"
+
+
+class UpstreamTimeout(UpstreamError):
+    kind = "timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    kind = "protocol"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeouts:
+    """Seconds; ``None`` disables. ``read`` is the gap allowed between two reads, so long
+    streams stay open as long as the upstream keeps sending."""
+
+    connect: float | None = 5.0
+    read: float | None = 60.0
+    pool: float | None = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolLimits:
+    """``max_connections`` bounds regular requests; long-running ones (watch, SSE) use their
+    own unbounded pool so they can never starve admitted requests of connections."""
+
+    max_connections: int = 600
+    keepalive_expiry: float = 15.0
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    # Lower-cased names, as received; hop-by-hop headers are still present.
+    headers: Headers
+    # Set when the whole body was read with the headers (small, sized bodies).
+    body: bytes | None
+
+    def stream(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Transport(Protocol):
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        long_running: bool = False,
+    ) -> UpstreamResponse:
+        """Send a request; return once the response headers arrived. Raises ``UpstreamError``."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# Response bodies up to this size with a Content-Length are read in one go (one ASGI send).
+SMALL_BODY = 64 * 1024
+
+
+def create_transport(name: str, *, timeouts: Timeouts, limits: PoolLimits) -> Transport:
+    try:
+        target = TRANSPORTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown proxy transport {name!r}; choose one of {', '.join(sorted(TRANSPORTS))}"
+        ) from None
+    module_name, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    transport: Transport = cls(timeouts=timeouts, limits=limits)
+    return transport
