@@ -1,0 +1,1 @@
+"""ContainerManager: the singleton that creates containers and divides them among routers."""

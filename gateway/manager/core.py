@@ -1,0 +1,359 @@
+"""The manager's bookkeeping: routers and their leases, container ownership, quotas, eviction.
+
+Pure and synchronous (no I/O, no awaits), driven by an injected event clock; the HTTP shell
+(``gateway.manager.service``) performs what the returned plans ask for. Invariants:
+
+- A container has at most one owner, a live router; only the owner routes to it.
+- A container whose owner may still be using it (lease just expired, manager just restarted)
+  is *quarantined* and assigned to nobody until the owner re-registers with it as a holding or
+  the action's timeout has passed (any activation it was running has ended by then).
+- The namespace quota counts every container of the namespace that is not being removed,
+  including those still being created.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.manager.policy import Disruption, Reason, decide
+from gateway.platform.actions import EvictionSafe
+from gateway.platform.ids import new_container_id
+
+
+class UnknownRouter(Exception):
+    pass
+
+
+class CState(enum.Enum):
+    CREATING = "creating"  # reserved under the quota; the backend is starting it
+    ASSIGNED = "assigned"  # owned by a live router
+    UNASSIGNED = "unassigned"  # warm, owned by nobody; reusable for the same revision
+    QUARANTINED = "quarantined"  # its last owner may still use it; nobody gets it yet
+    REMOVING = "removing"  # being stopped; no longer counted
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """What the manager needs to know about an action (no code: routers /init containers)."""
+
+    namespace: str
+    name: str
+    version: str
+    kind: str
+    memory_mb: int = 256
+    concurrency: int = 1
+    timeout_ms: int = 60000
+    instances: int = 30
+    eviction: EvictionSafe = EvictionSafe.NEVER
+
+    @property
+    def path(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.path}@{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "version": self.version,
+            "kind": self.kind,
+            "memory": self.memory_mb,
+            "concurrency": self.concurrency,
+            "timeout": self.timeout_ms,
+            "instances": self.instances,
+            "eviction": self.eviction.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ActionSpec:
+        return cls(
+            namespace=str(data["namespace"]),
+            name=str(data["name"]),
+            version=str(data["version"]),
+            kind=str(data["kind"]),
+            memory_mb=int(data.get("memory", 256)),
+            concurrency=int(data.get("concurrency", 1)),
+            timeout_ms=int(data.get("timeout", 60000)),
+            instances=int(data.get("instances", 30)),
+            eviction=EvictionSafe(data.get("eviction", "Never")),
+        )
+
+
+@dataclass(slots=True)
+class Container:
+    id: str
+    action: ActionSpec
+    state: CState
+    owner: str | None = None
+    url: str | None = None
+    agent: dict[str, Any] = field(default_factory=dict)
+    since: float = 0.0
+    quarantine_timer: Timer | None = None
+    idle_timer: Timer | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action.to_json(),
+            "state": self.state.value,
+            "owner": self.owner,
+            "url": self.url,
+            "agent": self.agent,
+        }
+
+
+@dataclass(slots=True)
+class RouterLease:
+    id: str
+    url: str
+    expires: float
+
+
+@dataclass(slots=True)
+class Grant:
+    """The answer to an acquire: exactly one of the fields is meaningful (see ``kind``)."""
+
+    assigned: list[Container] = field(default_factory=list)
+    create: list[Container] = field(default_factory=list)
+    proxy: list[RouterLease] = field(default_factory=list)
+    evict: list[Container] = field(default_factory=list)
+    reject: str | None = None
+
+    @property
+    def kind(self) -> str:
+        for name in ("reject", "assigned", "create", "proxy", "evict"):
+            if getattr(self, name):
+                return name
+        return "empty"
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSettings:
+    lease_seconds: float = 10.0
+    default_quota: int = 100
+    quota_overrides: dict[str, int] = field(default_factory=dict)
+    unassigned_idle_seconds: float = 600.0  # unowned warm containers are removed after this
+    quarantine_margin_seconds: float = 1.0
+
+    def quota(self, namespace: str) -> int:
+        return self.quota_overrides.get(namespace, self.default_quota)
+
+
+class ManagerCore:
+    def __init__(
+        self,
+        clock: EventClock,
+        settings: ManagerSettings,
+        on_reclaim: Callable[[Container], None],
+    ) -> None:
+        self.clock = clock
+        self.settings = settings
+        self._on_reclaim = on_reclaim
+        self.routers: dict[str, RouterLease] = {}
+        self.containers: dict[str, Container] = {}
+        self._lease_timer: Timer | None = None
+
+    # ---- routers -------------------------------------------------------------------------
+    def register(self, router_id: str, url: str, holdings: Iterable[str] = ()) -> list[Container]:
+        expires = self.clock.now() + self.settings.lease_seconds
+        self.routers[router_id] = RouterLease(router_id, url, expires)
+        for cid in holdings:
+            c = self.containers.get(cid)
+            if c is None or c.state is CState.REMOVING:
+                continue
+            if c.owner in (None, router_id) or c.owner not in self.routers:
+                self._assign(c, router_id)
+        self._arm_lease_check()
+        return self.assignments(router_id)
+
+    def renew(self, router_id: str) -> list[Container]:
+        lease = self.routers.get(router_id)
+        if lease is None:
+            raise UnknownRouter(router_id)
+        lease.expires = self.clock.now() + self.settings.lease_seconds
+        return self.assignments(router_id)
+
+    def deregister(self, router_id: str) -> None:
+        """A router leaving gracefully has finished its work: its containers are free now."""
+        if self.routers.pop(router_id, None) is None:
+            raise UnknownRouter(router_id)
+        for c in self.containers.values():
+            if c.owner == router_id and c.state is CState.ASSIGNED:
+                self._unassign(c)
+
+    def assignments(self, router_id: str) -> list[Container]:
+        return [
+            c
+            for c in self.containers.values()
+            if c.owner == router_id and c.state in (CState.ASSIGNED, CState.CREATING)
+        ]
+
+    def _arm_lease_check(self) -> None:
+        if self._lease_timer is None and self.routers:
+            soonest = min(r.expires for r in self.routers.values())
+            self._lease_timer = self.clock.call_at(soonest, self._check_leases)
+
+    def _check_leases(self) -> None:
+        self._lease_timer = None
+        now = self.clock.now()
+        for lease in [r for r in self.routers.values() if r.expires <= now]:
+            del self.routers[lease.id]
+            for c in self.containers.values():
+                if c.owner == lease.id and c.state is CState.ASSIGNED:
+                    self._quarantine(c, c.action.timeout_ms / 1000)
+        self._arm_lease_check()
+
+    # ---- containers ----------------------------------------------------------------------
+    def acquire(
+        self,
+        router_id: str,
+        action: ActionSpec,
+        *,
+        count: int = 1,
+        known: Iterable[str] = (),
+        allow_proxy: bool = True,
+    ) -> Grant:
+        if router_id not in self.routers:
+            raise UnknownRouter(router_id)
+        known_ids = set(known)
+        live = [c for c in self.containers.values() if c.state is not CState.REMOVING]
+        same = [c for c in live if c.action.key == action.key]
+        mine = [c for c in same if c.owner == router_id and c.state is CState.ASSIGNED]
+        news = [c for c in mine if c.id not in known_ids]
+        if news:
+            return Grant(assigned=news)
+        spare = [c for c in same if c.state is CState.UNASSIGNED][:count]
+        if spare:
+            for c in spare:
+                self._assign(c, router_id)
+            return Grant(assigned=spare)
+        mine_any = [c for c in same if c.owner == router_id]
+        others = [c for c in same if c.state is CState.ASSIGNED and c.owner != router_id]
+        if allow_proxy and not mine_any and others and len(same) < len(self.routers):
+            owners = dict.fromkeys(c.owner for c in others if c.owner)
+            return Grant(proxy=[self.routers[o] for o in owners if o in self.routers])
+        action_count = sum(1 for c in live if c.action.path == action.path)
+        instances_left = action.instances - action_count
+        if instances_left <= 0:
+            return Grant(
+                reject=f"The action '{action.path}' has reached its instance limit "
+                f"({action.instances} containers)."
+            )
+        quota = self.settings.quota(action.namespace)
+        used = sum(1 for c in live if c.action.namespace == action.namespace)
+        n = min(count, instances_left, quota - used)
+        if n > 0:
+            now = self.clock.now()
+            made = [
+                Container(new_container_id(), action, CState.CREATING, router_id, since=now)
+                for _ in range(n)
+            ]
+            for c in made:
+                self.containers[c.id] = c
+            return Grant(create=made)
+        candidates = self.space_candidates(action)
+        if candidates:
+            return Grant(evict=candidates)
+        return Grant(
+            reject=f"The namespace '{action.namespace}' has reached its quota of {quota} "
+            "containers and none of its idle containers of other actions may be evicted "
+            "(eviction.safe)."
+        )
+
+    def space_candidates(self, action: ActionSpec) -> list[Container]:
+        """Idle-able containers of *other* actions of the namespace whose policy allows it."""
+        found = [
+            c
+            for c in self.containers.values()
+            if c.action.namespace == action.namespace
+            and c.action.path != action.path
+            and c.state in (CState.ASSIGNED, CState.UNASSIGNED)
+            and decide(c.action.eviction, Reason.SPACE) is not Disruption.REFUSE
+        ]
+        found.sort(key=lambda c: (c.state is not CState.UNASSIGNED, c.since))
+        return found
+
+    def created(self, cid: str, url: str, agent: dict[str, Any]) -> Container | None:
+        c = self.containers.get(cid)
+        if c is None or c.state is not CState.CREATING:
+            return None
+        c.url, c.agent = url, agent
+        if c.owner in self.routers:
+            self._assign(c, c.owner)
+        else:
+            self._unassign(c)
+        return c
+
+    def adopt(self, cid: str, action: ActionSpec, url: str, agent: dict[str, Any]) -> Container:
+        """A container found by the backend after a restart: quarantined until claimed."""
+        c = Container(cid, action, CState.UNASSIGNED, url=url, agent=agent)
+        self.containers[cid] = c
+        self._quarantine(c, 2 * self.settings.lease_seconds)
+        return c
+
+    def begin_removal(self, cid: str) -> Container | None:
+        c = self.containers.get(cid)
+        if c is None or c.state is CState.REMOVING:
+            return None
+        self._cancel_timers(c)
+        c.state, c.since = CState.REMOVING, self.clock.now()
+        return c
+
+    def removed(self, cid: str) -> None:
+        c = self.containers.pop(cid, None)
+        if c is not None:
+            self._cancel_timers(c)
+
+    def disruption(self, cid: str, reason: Reason) -> Disruption:
+        return decide(self.containers[cid].action.eviction, reason)
+
+    def select(self, namespace: str | None = None, action: str | None = None) -> list[Container]:
+        return [
+            c
+            for c in self.containers.values()
+            if c.state in (CState.ASSIGNED, CState.UNASSIGNED, CState.QUARANTINED)
+            and (namespace is None or c.action.namespace == namespace)
+            and (action is None or action in (c.action.path, c.action.name))
+        ]
+
+    # ---- state changes -------------------------------------------------------------------
+    def _assign(self, c: Container, router_id: str) -> None:
+        self._cancel_timers(c)
+        c.owner, c.state, c.since = router_id, CState.ASSIGNED, self.clock.now()
+
+    def _unassign(self, c: Container) -> None:
+        self._cancel_timers(c)
+        c.owner, c.state, c.since = None, CState.UNASSIGNED, self.clock.now()
+        c.idle_timer = self.clock.call_later(
+            self.settings.unassigned_idle_seconds, lambda: self._reclaim(c)
+        )
+
+    def _quarantine(self, c: Container, seconds: float) -> None:
+        self._cancel_timers(c)
+        c.state, c.since = CState.QUARANTINED, self.clock.now()
+        delay = seconds + self.settings.quarantine_margin_seconds
+        c.quarantine_timer = self.clock.call_later(delay, lambda: self._release(c))
+
+    def _release(self, c: Container) -> None:
+        c.quarantine_timer = None
+        if c.state is CState.QUARANTINED:
+            self._unassign(c)
+
+    def _reclaim(self, c: Container) -> None:
+        c.idle_timer = None
+        if c.state is CState.UNASSIGNED and self.begin_removal(c.id) is not None:
+            self._on_reclaim(c)
+
+    @staticmethod
+    def _cancel_timers(c: Container) -> None:
+        for timer in (c.quarantine_timer, c.idle_timer):
+            if timer is not None:
+                timer.cancel()
+        c.quarantine_timer = c.idle_timer = None

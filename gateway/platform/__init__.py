@@ -1,0 +1,1 @@
+"""Models shared by the router tier and the container manager: ids, action documents, errors."""
