@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
@@ -23,9 +24,6 @@ from gateway.proxy.transport import (
     UpstreamResponse,
     UpstreamTimeout,
 )
-
-DIGEST_KEY = "gateway.digest"
-LONG_RUNNING_KEY = "gateway.long_running"
 
 
 @dataclass(frozen=True, slots=True)

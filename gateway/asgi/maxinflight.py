@@ -1,0 +1,77 @@
+"""What kube-apiserver does without APF: the max-in-flight filter (``maxinflight.go``).
+
+Two independent limits, read-only (get/list/watch) and mutating (everything else); past them a
+429 with ``Retry-After: 1``; long-running requests and ``system:masters`` are not counted; a limit
+of 0 means unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.asgi.authn import Unauthorized
+from gateway.asgi.describe import (
+    DIGEST_KEY,
+    LONG_RUNNING_KEY,
+    RequestDescriber,
+    send_unauthorized,
+)
+from gateway.asgi.reject import send_too_many_requests
+from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.metrics.watermark import Watermark
+
+PRIVILEGED_GROUP = "system:masters"
+
+
+class MaxInFlightMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        describer: RequestDescriber,
+        max_requests_inflight: int,
+        max_mutating_requests_inflight: int,
+        now: Callable[[], float],
+        status_body: bool = False,
+        on_reject: Callable[[str], None] | None = None,
+    ) -> None:
+        if max_requests_inflight < 0 or max_mutating_requests_inflight < 0:
+            raise ValueError("max-in-flight limits must not be negative")
+        self.app = app
+        self.describer = describer
+        self.limits = {
+            "readOnly": max_requests_inflight,
+            "mutating": max_mutating_requests_inflight,
+        }
+        self.inflight = {"readOnly": Watermark(now), "mutating": Watermark(now)}
+        self.status_body = status_body
+        self.on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            digest, long_running = self.describer.describe(scope)
+        except Unauthorized as exc:
+            await send_unauthorized(send, str(exc))
+            return
+        scope[DIGEST_KEY] = digest
+        if long_running:
+            scope[LONG_RUNNING_KEY] = True
+        if long_running or PRIVILEGED_GROUP in digest.user.groups:
+            await self.app(scope, receive, send)
+            return
+        kind = "readOnly" if digest.info.is_read_only else "mutating"
+        limit = self.limits[kind]
+        counter = self.inflight[kind]
+        if limit and counter.current >= limit:
+            if self.on_reject:
+                self.on_reject(kind)
+            await send_too_many_requests(send, 1, status_body=self.status_body)
+            return
+        counter.add(1)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            counter.add(-1)

@@ -1,0 +1,225 @@
+"""Reading ``GatewayConfiguration`` documents: every error names file, document and field path.
+
+The converter walks the frozen dataclasses in ``model.py`` by their type hints, so a new field
+needs no parsing code; numbers that are durations also accept ``"500ms"``, ``"15s"``, ``"1m"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.settings.model import API_VERSION, KIND, GatewaySettings
+
+Document = tuple[str, int, dict[str, Any]]  # (source file, 0-based index, content)
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class SettingsError(ValueError):
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
+        self.errors = errors
+
+
+def load_documents(paths: Iterable[str | Path]) -> tuple[list[Document], list[str]]:
+    """All YAML documents under ``paths`` (files or folders of *.yaml/*.yml/*.json), in order."""
+    docs: list[Document] = []
+    errors: list[str] = []
+    for path in paths:
+        p = Path(path)
+        files = (
+            sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml", ".json"))
+            if p.is_dir()
+            else [p]
+        )
+        for f in files:
+            try:
+                loaded = list(yaml.safe_load_all(f.read_text(encoding="utf-8")))
+            except OSError as exc:
+                errors.append(f"{f}: cannot read: {exc.strerror or exc}")
+                continue
+            except yaml.YAMLError as exc:
+                errors.append(f"{f}: not valid YAML: {exc}")
+                continue
+            for i, doc in enumerate(loaded):
+                if doc is None:
+                    continue
+                if not isinstance(doc, dict):
+                    errors.append(
+                        f"{f}: document {i}: expected a mapping, got {type(doc).__name__}"
+                    )
+                    continue
+                docs.append((str(f), i, doc))
+    return docs, errors
+
+
+def is_gateway_document(doc: dict[str, Any]) -> bool:
+    return doc.get("kind") == KIND
+
+
+def settings_from_document(source: str, index: int, doc: dict[str, Any]) -> GatewaySettings:
+    """Raises ``SettingsError`` with every problem found, each prefixed ``file: document N:``."""
+    errors: list[str] = []
+    where = f"{source}: document {index}"
+    if doc.get("apiVersion") != API_VERSION:
+        errors.append(
+            f"{where}: apiVersion: must be {API_VERSION!r}, got {doc.get('apiVersion')!r}"
+        )
+    body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+    value = _convert(GatewaySettings, body, "", errors)
+    if not errors:
+        _validate(value, errors)
+    if errors:
+        raise SettingsError([e if e.startswith(where) else f"{where}: {e}" for e in errors])
+    assert isinstance(value, GatewaySettings)
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    label = path or "(document)"
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            errors.append(f"{label}: expected a mapping, got {type(value).__name__}")
+            return None
+        hints = typing.get_type_hints(tp)
+        fields = {_camel(f.name): f for f in dataclasses.fields(tp)}
+        for key in value:
+            if key not in fields:
+                errors.append(f"{_join(path, str(key))}: unknown field")
+        kwargs = {}
+        for key, f in fields.items():
+            if key in value:
+                kwargs[f.name] = _convert(hints[f.name], value[key], _join(path, key), errors)
+        if any(v is None for v in kwargs.values()):
+            return None
+        return tp(**kwargs)
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if isinstance(value, str) and item is str:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            errors.append(f"{label}: expected a list, got {type(value).__name__}")
+            return None
+        items = [_convert(item, v, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        return tuple(items) if all(i is not None for i in items) else None
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            errors.append(f"{label}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
+            return None
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        errors.append(f"{label}: expected true or false, got {value!r}")
+        return None
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        errors.append(f"{label}: expected an integer, got {value!r}")
+        return None
+    if tp is float:
+        seconds = parse_duration(value)
+        if seconds is None:
+            errors.append(f"{label}: expected seconds or a duration like '15s', got {value!r}")
+        return seconds
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        errors.append(f"{label}: expected a string, got {type(value).__name__}")
+        return None
+    raise TypeError(f"unsupported settings type {tp}")
+
+
+def parse_duration(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        v = value.strip()
+        try:
+            return float(v)
+        except ValueError:
+            pass
+        if _DURATION.match(v):
+            return sum(float(n) * _UNIT[u] for n, u in _PART.findall(v))
+    return None
+
+
+def _validate(s: GatewaySettings, errors: list[str]) -> None:
+    for name in ("max_requests_inflight", "max_mutating_requests_inflight"):
+        if getattr(s, name) < 0:
+            errors.append(f"{_camel(name)}: must not be negative")
+    _host, sep, port = s.listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        errors.append(f"listen: expected HOST:PORT, got {s.listen!r}")
+    for i, u in enumerate(s.upstreams):
+        if not u.url.startswith(("http://", "https://")):
+            errors.append(f"upstreams[{i}].url: must start with http:// or https://, got {u.url!r}")
+        if not u.prefix.startswith("/"):
+            errors.append(f"upstreams[{i}].prefix: must start with '/', got {u.prefix!r}")
+    for i, t in enumerate(s.route_templates):
+        if not t.path.startswith("/"):
+            errors.append(f"routeTemplates[{i}].path: must start with '/', got {t.path!r}")
+    for name in ("request_timeout", "shutdown_grace_period", "config_poll_interval"):
+        if getattr(s, name) < 0:
+            errors.append(f"{_camel(name)}: must not be negative")
+    p = s.proxy
+    for name in ("connect_timeout", "read_timeout", "pool_timeout", "keepalive_expiry"):
+        if getattr(p, name) < 0:
+            errors.append(f"proxy.{_camel(name)}: must not be negative")
+    try:
+        from gateway.asgi.authn import parse_cidrs
+
+        parse_cidrs(s.authentication.request_header.allowed_cidrs)
+    except ValueError as exc:
+        errors.append(f"authentication.requestHeader.allowedCIDRs: {exc}")
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``override`` (command-line flags, in document shape) into ``base``."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_settings(
+    docs: list[Document], overrides: dict[str, Any] | None = None
+) -> GatewaySettings:
+    """Settings from the (at most one) GatewayConfiguration document plus flag overrides."""
+    overrides = overrides or {}
+    header = {"apiVersion": API_VERSION, "kind": KIND}
+    settings_from_document("command line", 0, {**header, **overrides})
+    mine = [d for d in docs if is_gateway_document(d[2])]
+    if len(mine) > 1:
+        where = ", ".join(f"{s}: document {i}" for s, i, _ in mine)
+        raise SettingsError([f"more than one {KIND} document: {where}"])
+    if not mine:
+        return settings_from_document("command line", 0, {**header, **overrides})
+    source, index, doc = mine[0]
+    return settings_from_document(source, index, merge(doc, overrides))

@@ -1,0 +1,83 @@
+"""Frozen settings values; field names are the YAML's camelCase in snake_case.
+
+Defaults follow kube-apiserver where it has one (``maxRequestsInflight`` 400,
+``maxMutatingRequestsInflight`` 200, request timeout 60 s, anonymous auth on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+API_VERSION = "gateway.apf.dev/v1alpha1"
+KIND = "GatewayConfiguration"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    url: str
+    prefix: str = "/"
+    strip_prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTemplateSettings:
+    path: str
+    resource: str = ""
+    api_group: str = ""
+    api_version: str = ""
+    long_running: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderSettings:
+    allowed_cidrs: tuple[str, ...] = ()
+    username_headers: tuple[str, ...] = ("X-Remote-User",)
+    group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_header_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticationSettings:
+    token_auth_file: str = ""
+    openwhisk_keys_file: str = ""
+    anonymous: bool = True
+    request_header: RequestHeaderSettings = field(default_factory=RequestHeaderSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    transport: Literal["aiohttp", "httpx", "httpx-aiohttp"] = "aiohttp"
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    pool_timeout: float = 5.0
+    keepalive_expiry: float = 15.0
+    forward_identity: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    listen: str = "127.0.0.1:8080"
+    upstreams: tuple[UpstreamSettings, ...] = ()
+    route_templates: tuple[RouteTemplateSettings, ...] = ()
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
+    enable_priority_and_fairness: bool = True
+    request_timeout: float = 60.0
+    # "text": kube-apiserver's plain body; "status": a Status JSON naming level and reason.
+    too_many_requests_body: Literal["text", "status"] = "text"
+    debug_allowed_groups: tuple[str, ...] = ("system:masters",)
+    shutdown_grace_period: float = 30.0
+    config_poll_interval: float = 2.0
+    authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+
+    @property
+    def server_concurrency_limit(self) -> int:
+        """APF's server-wide seat count: the sum of the two max-in-flight limits."""
+        return self.max_requests_inflight + self.max_mutating_requests_inflight
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
