@@ -1,0 +1,290 @@
+"""The APF controller: digests a configuration into priority levels, classifies requests and
+starts them in their level's queue set.
+
+Synchronous and single-threaded by design (see ``admission`` for the asyncio shell): every
+method runs to completion without awaiting, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.flowcontrol.classify import flow_schema_matches, matching_order
+from gateway.flowcontrol.clock import EventClock
+from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
+from gateway.flowcontrol.kinds import RequestKindTracker
+from gateway.flowcontrol.level import PriorityLevel, object_uid, shares
+from gateway.flowcontrol.objects import (
+    MANDATORY_FS_CATCH_ALL,
+    MANDATORY_FS_EXEMPT,
+    DistinguisherMethod,
+    FlowSchema,
+    PriorityLevelConfiguration,
+)
+from gateway.flowcontrol.queueset import ESTIMATED_SERVICE_DURATION, Request
+from gateway.flowcontrol.stats import FlowStats
+
+DEFAULT_MAX_REQUESTS_INFLIGHT = 400
+DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
+CLASSIFICATION_CACHE_SIZE = 65536
+
+
+class ObjectSet(Protocol):
+    """What the controller reads of a configuration (``configset.ConfigSet``)."""
+
+    @property
+    def flow_schemas(self) -> tuple[FlowSchema, ...]: ...
+
+    @property
+    def priority_levels(self) -> tuple[PriorityLevelConfiguration, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleObjectSet:
+    flow_schemas: tuple[FlowSchema, ...] = ()
+    priority_levels: tuple[PriorityLevelConfiguration, ...] = ()
+
+
+@dataclass(slots=True)
+class Classification:
+    flow_schema: str
+    fs_uid: str
+    priority_level: str
+    pl_uid: str
+    exempt: bool
+    distinguisher: str
+    hash_value: int
+    level: PriorityLevel
+    flow_stats: FlowStats
+
+
+def flow_hash(flow_schema: str, distinguisher: str) -> int:
+    """First 8 bytes of SHA-256(schema NUL distinguisher), little-endian, as Kubernetes."""
+    digest = hashlib.sha256(f"{flow_schema}\0{distinguisher}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def _mandatory() -> ObjectSet:
+    from gateway.flowcontrol import bootstrap
+
+    return bootstrap.mandatory()
+
+
+class FlowController:
+    def __init__(
+        self,
+        *,
+        clock: EventClock,
+        server_concurrency_limit: int = DEFAULT_MAX_REQUESTS_INFLIGHT
+        + DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+        config: ObjectSet | None = None,
+        mandatory: ObjectSet | None = None,
+        estimated_service: float = ESTIMATED_SERVICE_DURATION,
+    ) -> None:
+        if server_concurrency_limit <= 0:
+            raise ValueError("server concurrency limit must be positive")
+        self.clock = clock
+        self.server_cl = server_concurrency_limit
+        self.estimated_service = estimated_service
+        self.levels: dict[str, PriorityLevel] = {}
+        self.flow_schemas: list[FlowSchema] = []
+        self.dangling: list[tuple[str, str]] = []
+        self.kinds = RequestKindTracker(clock)
+        self._mandatory = mandatory
+        self._cache: dict[tuple[Any, ...], Classification] = {}
+        # Called after every re-digest (the borrowing adjuster hooks in here).
+        self.on_digest: list[Callable[[], None]] = []
+        self.apply(config if config is not None else self._bootstrap_defaults())
+
+    @staticmethod
+    def _bootstrap_defaults() -> ObjectSet:
+        from gateway.flowcontrol import bootstrap
+
+        return bootstrap.defaults()
+
+    # ------------------------------------------------------------------ configuration
+    def apply(self, config: ObjectSet) -> None:
+        """Swap in a new configuration; in-flight and queued requests are kept."""
+        mandatory = self._mandatory if self._mandatory is not None else _mandatory()
+        pls = {pl.name: pl for pl in config.priority_levels}
+        for pl in mandatory.priority_levels:
+            pls.setdefault(pl.name, pl)  # "imagined" when missing
+        for name, pl_config in pls.items():
+            level = self.levels.get(name)
+            if level is None:
+                self.levels[name] = PriorityLevel(
+                    pl_config, self.clock, estimated_service=self.estimated_service
+                )
+            else:
+                level.set_config(pl_config)
+        for name, level in list(self.levels.items()):
+            if name not in pls:
+                if level.qs.is_idle:
+                    level.sync()
+                    del self.levels[name]
+                else:
+                    level.quiescing = True
+        schemas = []
+        self.dangling = []
+        for fs in config.flow_schemas:
+            target = fs.spec.priority_level_name
+            if target in pls:
+                schemas.append(fs)
+            else:
+                self.dangling.append((fs.name, target))
+        names = {fs.name for fs in schemas}
+        ordered = matching_order(schemas)
+        for fs in mandatory.flow_schemas:
+            if fs.name == MANDATORY_FS_EXEMPT and fs.name not in names:
+                ordered.insert(0, fs)
+            elif fs.name == MANDATORY_FS_CATCH_ALL and fs.name not in names:
+                ordered.append(fs)
+        self.flow_schemas = ordered
+        self._fs_uids = {
+            fs.name: object_uid("FlowSchema", fs.name, fs.metadata.uid) for fs in ordered
+        }
+        self._cache.clear()
+        self._set_limits()
+
+    def _set_limits(self) -> None:
+        total = sum(shares(level.config) for level in self.levels.values())
+        for level in self.levels.values():
+            level.set_limits(self.server_cl, total)
+        self.kinds.set_denominators(
+            waiting=sum(
+                max(1, lv.qs.queue_length_limit) * max(1, lv.qs.desired_num_queues)
+                for lv in self.levels.values()
+                if lv.qs.desired_num_queues > 0
+            ),
+            executing=sum(lv.nominal_cl for lv in self.levels.values()),
+        )
+        for hook in self.on_digest:
+            hook()
+
+    def set_server_concurrency_limit(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError("server concurrency limit must be positive")
+        self.server_cl = limit
+        self._set_limits()
+
+    # ------------------------------------------------------------------ classification
+    def classify(self, digest: RequestDigest) -> Classification:
+        user = digest.user
+        info = digest.info
+        if info.is_resource_request:
+            key: tuple[Any, ...] = (
+                user.name,
+                user.groups,
+                info.verb,
+                True,
+                info.api_group,
+                info.resource,
+                info.subresource,
+                info.namespace,
+            )
+        else:
+            key = (user.name, user.groups, info.verb, False, info.path)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        found = self._classify(digest)
+        if len(self._cache) >= CLASSIFICATION_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[key] = found
+        return found
+
+    def _classify(self, digest: RequestDigest) -> Classification:
+        chosen: FlowSchema | None = None
+        catch_all: FlowSchema | None = None
+        for fs in self.flow_schemas:
+            if fs.name == MANDATORY_FS_CATCH_ALL:
+                catch_all = fs
+            if flow_schema_matches(fs, digest):
+                chosen = fs
+                break
+        if chosen is None:
+            if catch_all is None:
+                raise RuntimeError("no catch-all FlowSchema; the configuration is broken")
+            chosen = catch_all
+        level = self.levels[chosen.spec.priority_level_name]
+        distinguisher = ""
+        hash_value = 0
+        if level.uses_queues:
+            method = chosen.spec.distinguisher_method
+            if method is DistinguisherMethod.BY_USER:
+                distinguisher = digest.user.name
+            elif method is DistinguisherMethod.BY_NAMESPACE:
+                distinguisher = digest.info.namespace
+            hash_value = flow_hash(chosen.name, distinguisher)
+        return Classification(
+            flow_schema=chosen.name,
+            fs_uid=self._fs_uids[chosen.name],
+            priority_level=level.name,
+            pl_uid=level.uid,
+            exempt=level.exempt,
+            distinguisher=distinguisher,
+            hash_value=hash_value,
+            level=level,
+            flow_stats=level.stats_for(chosen.name),
+        )
+
+    # ------------------------------------------------------------------ requests
+    def start(
+        self,
+        classification: Classification,
+        work: WorkEstimate,
+        *,
+        wait_deadline: float | None = None,
+        descr: Any = None,
+    ) -> Request:
+        """Start a request: EXECUTING now, WAITING (set ``on_decided``), or REJECTED."""
+        level = classification.level
+        if level.name not in self.levels:  # reconfigured since classification
+            classification = (
+                self.classify(descr) if isinstance(descr, RequestDigest) else classification
+            )
+            level = classification.level
+        req = level.qs.start_request(
+            work,
+            classification.hash_value,
+            classification.flow_stats,
+            classification.flow_schema,
+            classification.distinguisher,
+            descr,
+            wait_deadline,
+        )
+        return req
+
+    def cancel(
+        self, classification: Classification, req: Request, reason: str = "cancelled"
+    ) -> bool:
+        return classification.level.qs.cancel(req, reason)
+
+    def finish(self, classification: Classification, req: Request) -> None:
+        level = classification.level
+        idle = level.qs.finish(req)
+        if idle and level.quiescing and self.levels.get(level.name) is level:
+            level.sync()
+            del self.levels[level.name]
+            self._set_limits()
+
+    def retry_after(self, priority_level: str) -> int:
+        level = self.levels.get(priority_level)
+        return level.drops.retry_after if level is not None else 1
+
+    # ------------------------------------------------------------------ introspection
+    def level_names(self) -> Iterable[str]:
+        return sorted(self.levels)
+
+    def max_seats(self, priority_level: str) -> int:
+        """Per-level cap for work estimates (0: use the global limit)."""
+        level = self.levels.get(priority_level)
+        return level.max_seats if level is not None else 0
+
+    def sync(self) -> None:
+        for level in self.levels.values():
+            level.sync()
+        self.kinds.sync()

@@ -1,0 +1,607 @@
+"""Fair queuing for one priority level, as Kubernetes' ``fairqueuing/queueset``.
+
+Virtual time R advances, while the level is busy, at ``min(seats requested, limit) / active
+queues`` seat-seconds per second. A queue's ``next_dispatch_r`` is the virtual time at which its
+head may start; the head with the smallest ``next_dispatch_r + total_work`` goes first, ties
+broken round-robin from just after the last queue served. If that head needs more seats than
+are free nothing is dispatched ("no accommodation"), so wide requests are not starved.
+
+Differences from the Go code, none of them observable in dispatch order:
+- queues with waiting requests sit in a heap keyed by virtual finish time (stale entries are
+  skipped), so choosing the next queue costs O(log queues) instead of a scan of every queue;
+  ties are still broken by round-robin distance exactly as the scan would;
+- cancelled requests are marked and skipped at the head instead of unlinked from a list;
+- seat-second arithmetic uses Python integers, which do not wrap; the epoch advance still runs
+  at the same threshold so long runs behave (and count) the same.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.flowcontrol.digest import WorkEstimate
+from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
+from gateway.flowcontrol.shufflesharding import Dealer
+from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
+
+ESTIMATED_SERVICE_DURATION = 0.003  # G, seconds
+
+WAITING = 0
+EXECUTING = 1
+REJECTED = 2
+FINISHED = 3  # main phase over (seats may still be held for the additional latency)
+
+_entry_seq = itertools.count()
+
+
+class Queue:
+    __slots__ = (
+        "executing",
+        "index",
+        "initial_seats_sum",
+        "max_seats_sum",
+        "n_waiting",
+        "next_dispatch_r",
+        "seats_in_use",
+        "total_work_sum",
+        "version",
+        "waiting",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.waiting: deque[Request] = deque()
+        self.n_waiting = 0
+        self.initial_seats_sum = 0
+        self.max_seats_sum = 0
+        self.total_work_sum = 0
+        self.executing: set[Request] = set()
+        self.seats_in_use = 0
+        self.next_dispatch_r = 0
+        self.version = 0
+
+    def head(self) -> Request | None:
+        waiting = self.waiting
+        while waiting:
+            req = waiting[0]
+            if req.state == WAITING:
+                return req
+            waiting.popleft()
+        return None
+
+    def is_empty(self) -> bool:
+        return self.n_waiting == 0 and not self.executing
+
+
+class Request:
+    """One request's life in a queue set; ``on_decided`` fires when a wait ends."""
+
+    __slots__ = (
+        "additional_latency",
+        "arrival_r",
+        "arrival_time",
+        "descr",
+        "distinguisher",
+        "final_seats",
+        "final_work",
+        "flow_stats",
+        "fs_name",
+        "initial_seats",
+        "max_seats",
+        "on_decided",
+        "queue",
+        "reason",
+        "start_time",
+        "state",
+        "timer",
+        "total_work",
+    )
+
+    def __init__(
+        self,
+        work: WorkEstimate,
+        fs_name: str,
+        distinguisher: str,
+        flow_stats: FlowStats,
+        descr: Any,
+        now: float,
+        arrival_r: int,
+        estimated_service: float,
+    ) -> None:
+        self.initial_seats = work.initial_seats
+        self.final_seats = work.final_seats
+        self.additional_latency = work.additional_latency
+        self.max_seats = work.max_seats
+        self.final_work = seats_times_duration(work.final_seats, work.additional_latency)
+        self.total_work = (
+            seats_times_duration(work.initial_seats, estimated_service) + self.final_work
+        )
+        self.fs_name = fs_name
+        self.distinguisher = distinguisher
+        self.flow_stats = flow_stats
+        self.descr = descr
+        self.arrival_time = now
+        self.arrival_r = arrival_r
+        self.start_time = 0.0
+        self.state = WAITING
+        self.reason = ""
+        self.queue: Queue | None = None
+        self.on_decided: Callable[[Request], None] | None = None
+        self.timer: Timer | None = None
+
+
+class QueueSet:
+    """``desired_num_queues``: -1 exempt (never limited), 0 reject when full, >= 1 queue."""
+
+    def __init__(
+        self,
+        name: str,
+        clock: EventClock,
+        *,
+        desired_num_queues: int,
+        queue_length_limit: int = 0,
+        hand_size: int = 0,
+        concurrency_limit: int,
+        concurrency_denominator: int | None = None,
+        estimated_service: float = ESTIMATED_SERVICE_DURATION,
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.estimated_service = estimated_service
+        self.estimated_service_ss = seats_times_duration(1, estimated_service)
+        self.queues: list[Queue] = []
+        self.desired_num_queues = 0
+        self.queue_length_limit = 0
+        self.hand_size = 0
+        self.dealer: Dealer | None = None
+        self.concurrency_limit = 0
+        self.concurrency_denominator = 1
+        self.current_r = 0
+        self.last_real_time = clock.now()
+        self.robin_index = 0
+        self.enqueues = 0
+        self.active_queues = 0
+        self.tot_requests_waiting = 0
+        self.tot_seats_waiting = 0
+        self.tot_requests_executing = 0
+        self.tot_seats_in_use = 0
+        self.executing_sans_queue: set[Request] = set()
+        self._heap: list[tuple[int, int, Queue, int]] = []
+        self._hands: dict[int, list[int]] = {}
+        # Debug counters (dump_priority_levels).
+        self.dispatched = 0
+        self.rejected = 0
+        self.cancelled = 0
+        # Observability: state segments (dt, seats in use, executing, waiting, seats waiting)
+        # folded into timing histograms by ``gateway.flowcontrol.level``.
+        self.segments: list[tuple[float, int, int, int, int]] = []
+        self.on_segments_full: Callable[[], None] | None = None
+        # Called on every rejection (immediate or at the end of a wait): Retry-After history.
+        self.on_reject: Callable[[], None] | None = None
+        self.demand = TimeIntegrator()
+        self.dispatch_r = 0
+        self.latest_s = 0
+        self.epoch_advances = {"true": 0, "false": 0}
+        self.configure(
+            desired_num_queues=desired_num_queues,
+            queue_length_limit=queue_length_limit,
+            hand_size=hand_size,
+            concurrency_limit=concurrency_limit,
+            concurrency_denominator=concurrency_denominator,
+        )
+
+    # ------------------------------------------------------------------ configuration
+    def configure(
+        self,
+        *,
+        desired_num_queues: int,
+        queue_length_limit: int = 0,
+        hand_size: int = 0,
+        concurrency_limit: int,
+        concurrency_denominator: int | None = None,
+    ) -> None:
+        self.sync_time()
+        if self.on_segments_full is not None:
+            self.on_segments_full()  # fold with the old limits before they change
+        if desired_num_queues > 0:
+            while len(self.queues) < desired_num_queues:
+                self.queues.append(Queue(len(self.queues)))
+            self.queue_length_limit = queue_length_limit
+            self.hand_size = hand_size
+            self.dealer = Dealer(desired_num_queues, hand_size)
+            self._hands.clear()
+        # Queueless levels keep the old queue length limit and hand size so old queues drain.
+        self.desired_num_queues = desired_num_queues
+        self.concurrency_limit = concurrency_limit
+        self.concurrency_denominator = (
+            concurrency_denominator if concurrency_denominator else max(1, concurrency_limit)
+        )
+        self.dispatch_as_much_as_possible()
+
+    # ------------------------------------------------------------------ time
+    def sync_time(self) -> float:
+        now = self.clock.now()
+        dt = now - self.last_real_time
+        if dt > 0:
+            self.last_real_time = now
+            seats_in_use = self.tot_seats_in_use
+            seats_waiting = self.tot_seats_waiting
+            if self.active_queues:
+                requested = seats_in_use + seats_waiting
+                limit = self.concurrency_limit
+                ratio = (requested if requested < limit else limit) / self.active_queues
+                self.current_r += seats_times_duration(ratio, dt)
+                if self.current_r >= HIGH_R:
+                    self._advance_epoch()
+            segments = self.segments
+            segments.append(
+                (
+                    dt,
+                    seats_in_use,
+                    self.tot_requests_executing,
+                    self.tot_requests_waiting,
+                    seats_waiting,
+                )
+            )
+            if len(segments) >= 4096 and self.on_segments_full is not None:
+                self.on_segments_full()
+        return now
+
+    def _advance_epoch(self) -> None:
+        self.current_r -= R_DECREMENT
+        success = True
+        for queue in self.queues:
+            if queue.is_empty():
+                queue.next_dispatch_r = 0
+                continue
+            queue.next_dispatch_r -= R_DECREMENT
+            if queue.next_dispatch_r < 0:
+                success = False
+            for req in queue.waiting:
+                if req.state == WAITING:
+                    req.arrival_r -= R_DECREMENT
+                    if req.arrival_r < 0:
+                        success = False
+        self._rebuild_heap()
+        self.epoch_advances["true" if success else "false"] += 1
+
+    def _note_demand(self) -> None:
+        demand = self.demand
+        value = self.tot_seats_in_use + self.tot_seats_waiting
+        demand.value = value
+        if value > demand.max:
+            demand.max = value
+        elif value < demand.min:
+            demand.min = value
+
+    # ------------------------------------------------------------------ arrival
+    def start_request(
+        self,
+        work: WorkEstimate,
+        hash_value: int,
+        flow_stats: FlowStats,
+        fs_name: str,
+        distinguisher: str = "",
+        descr: Any = None,
+        wait_deadline: float | None = None,
+    ) -> Request:
+        """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
+        now = self.sync_time()
+        req = Request(
+            work,
+            fs_name,
+            distinguisher,
+            flow_stats,
+            descr,
+            now,
+            self.current_r,
+            self.estimated_service,
+        )
+        flow_stats.work_estimated_seats.observe(req.max_seats)
+        if self.desired_num_queues < 1:
+            if not self.can_accommodate(req.max_seats):
+                self._reject_now(req, "concurrency-limit")
+                return req
+            req.start_time = now
+            self._start_executing(req)
+            self.executing_sans_queue.add(req)
+            return req
+        queue = self.queues[self._shuffle_shard(hash_value)]
+        req.queue = queue
+        if (
+            self.tot_seats_in_use >= self.concurrency_limit
+            and queue.n_waiting >= self.queue_length_limit
+        ):
+            self._reject_now(req, "queue-full")
+            return req
+        self._enqueue(queue, req)
+        flow_stats.queue_length_after_enqueue.observe(queue.n_waiting)
+        self._bound_next_dispatch(queue)
+        self._push(queue)
+        self.dispatch_as_much_as_possible()
+        if req.state == WAITING and wait_deadline is not None:
+            req.timer = self.clock.call_at(wait_deadline, lambda: self._time_out(req))
+        return req
+
+    def _reject_now(self, req: Request, reason: str) -> None:
+        req.state = REJECTED
+        req.reason = reason
+        self.rejected += 1
+        stats = req.flow_stats
+        stats.rejected[reason] += 1
+        stats.wait_seconds["false"].observe(0.0)
+        if self.on_reject is not None:
+            self.on_reject()
+
+    def _shuffle_shard(self, hash_value: int) -> int:
+        hand = self._hands.get(hash_value)
+        if hand is None:
+            assert self.dealer is not None
+            hand = self.dealer.deal(hash_value)
+            if len(self._hands) >= 8192:
+                self._hands.clear()
+            self._hands[hash_value] = hand
+        hand_size = len(hand)
+        offset = self.enqueues % hand_size
+        self.enqueues += 1
+        queues = self.queues
+        best = hand[offset]
+        best_work = queues[best].total_work_sum
+        for i in range(1, hand_size):
+            idx = hand[(offset + i) % hand_size]
+            work = queues[idx].total_work_sum
+            if work < best_work:
+                best, best_work = idx, work
+        return best
+
+    def _enqueue(self, queue: Queue, req: Request) -> None:
+        if queue.is_empty():
+            queue.next_dispatch_r = self.current_r
+            self.active_queues += 1
+        queue.waiting.append(req)
+        queue.n_waiting += 1
+        queue.initial_seats_sum += req.initial_seats
+        queue.max_seats_sum += req.max_seats
+        queue.total_work_sum += req.total_work
+        self.tot_requests_waiting += 1
+        self.tot_seats_waiting += req.max_seats
+        stats = req.flow_stats
+        stats.inqueue_requests += 1
+        stats.inqueue_seats += req.max_seats
+        self._note_demand()
+
+    def _unqueue(self, queue: Queue, req: Request) -> None:
+        """Bookkeeping of a request leaving the waiting list (dispatch or cancel)."""
+        queue.n_waiting -= 1
+        queue.initial_seats_sum -= req.initial_seats
+        queue.max_seats_sum -= req.max_seats
+        queue.total_work_sum -= req.total_work
+        self.tot_requests_waiting -= 1
+        self.tot_seats_waiting -= req.max_seats
+        stats = req.flow_stats
+        stats.inqueue_requests -= 1
+        stats.inqueue_seats -= req.max_seats
+
+    @staticmethod
+    def _bound_next_dispatch(queue: Queue) -> None:
+        """Anti-windup: a queue's next dispatch R is never behind its head's arrival R."""
+        head = queue.head()
+        if head is not None and queue.next_dispatch_r < head.arrival_r:
+            queue.next_dispatch_r = head.arrival_r
+
+    # ------------------------------------------------------------------ dispatch
+    def _push(self, queue: Queue) -> None:
+        head = queue.head()
+        if head is None:
+            return
+        queue.version += 1
+        heapq.heappush(
+            self._heap,
+            (queue.next_dispatch_r + head.total_work, next(_entry_seq), queue, queue.version),
+        )
+
+    def _rebuild_heap(self) -> None:
+        self._heap.clear()
+        for queue in self.queues:
+            self._push(queue)
+
+    def can_accommodate(self, seats: int) -> bool:
+        if self.desired_num_queues < 0:
+            return True
+        if seats > self.concurrency_limit:
+            return self.tot_requests_executing == 0
+        return self.tot_seats_in_use + seats <= self.concurrency_limit
+
+    def dispatch_as_much_as_possible(self) -> None:
+        while (
+            self.tot_requests_waiting
+            and self.tot_seats_in_use < self.concurrency_limit
+            and self._dispatch_one()
+        ):
+            pass
+
+    def _pop_valid(self) -> tuple[int, int, Queue, int] | None:
+        heap = self._heap
+        while heap:
+            entry = heap[0]
+            queue = entry[2]
+            if entry[3] == queue.version and queue.n_waiting and queue.index >= 0:
+                return heapq.heappop(heap)
+            heapq.heappop(heap)
+        return None
+
+    def _find_dispatch_queue(self) -> Queue | None:
+        first = self._pop_valid()
+        if first is None:
+            return None
+        ties = [first]
+        heap = self._heap
+        while heap and heap[0][0] == first[0]:
+            entry = self._pop_valid()
+            if entry is None:
+                break
+            if entry[0] != first[0]:
+                heapq.heappush(heap, entry)
+                break
+            ties.append(entry)
+        chosen = first
+        if len(ties) > 1:
+            nq = len(self.queues)
+            start = self.robin_index + 1
+            chosen = min(ties, key=lambda e: (e[2].index - start) % nq)
+        for entry in ties:
+            if entry is not chosen:
+                heapq.heappush(heap, entry)
+        queue = chosen[2]
+        head = queue.head()
+        assert head is not None
+        if not self.can_accommodate(head.max_seats):
+            heapq.heappush(heap, chosen)
+            head.flow_stats.no_accommodation += 1
+            return None
+        return queue
+
+    def _dispatch_one(self) -> bool:
+        queue = self._find_dispatch_queue()
+        if queue is None:
+            return False
+        req = queue.waiting.popleft()
+        self._unqueue(queue, req)
+        if req.final_seats > self.concurrency_limit:
+            # Keep the work, spread over the seats that exist.
+            req.final_seats = self.concurrency_limit
+            req.additional_latency = (
+                req.final_work / 1e8 / req.final_seats if req.final_seats > 0 else 0.0
+            )
+        self.robin_index = queue.index
+        self.dispatch_r = self.current_r
+        self.latest_s = queue.next_dispatch_r
+        if req.timer is not None:
+            req.timer.cancel()
+            req.timer = None
+        now = self.last_real_time
+        req.start_time = now
+        self._start_executing(req)
+        queue.executing.add(req)
+        queue.seats_in_use += req.max_seats
+        queue.next_dispatch_r += req.total_work
+        self._bound_next_dispatch(queue)
+        self._push(queue)
+        req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
+        if req.on_decided is not None:
+            req.on_decided(req)
+        return True
+
+    def _start_executing(self, req: Request) -> None:
+        req.state = EXECUTING
+        self.tot_requests_executing += 1
+        self.tot_seats_in_use += req.max_seats
+        self.dispatched += 1
+        stats = req.flow_stats
+        stats.dispatched += 1
+        stats.executing_requests += 1
+        stats.executing_seats += req.max_seats
+        self._note_demand()
+
+    # ------------------------------------------------------------------ cancellation
+    def _time_out(self, req: Request) -> None:
+        self.cancel(req, "time-out")
+
+    def cancel(self, req: Request, reason: str = "time-out") -> bool:
+        """End a wait without executing; False if the request is no longer waiting."""
+        if req.state != WAITING:
+            return False
+        now = self.sync_time()
+        queue = req.queue
+        assert queue is not None
+        req.state = REJECTED
+        req.reason = reason
+        if req.timer is not None:
+            req.timer.cancel()
+            req.timer = None
+        self._unqueue(queue, req)
+        if queue.is_empty():
+            self.active_queues -= 1
+        self.rejected += 1
+        self.cancelled += 1
+        stats = req.flow_stats
+        stats.rejected[reason] += 1
+        # As Kubernetes: a request that waited is observed with execute="true".
+        stats.wait_seconds["true"].observe(now - req.arrival_time)
+        self._note_demand()
+        self._bound_next_dispatch(queue)
+        self._push(queue)
+        if self.on_reject is not None:
+            self.on_reject()
+        if req.on_decided is not None:
+            req.on_decided(req)
+        return True
+
+    # ------------------------------------------------------------------ completion
+    def finish(self, req: Request) -> bool:
+        """The request's main phase is over; returns whether the level is now idle."""
+        if req.state != EXECUTING:
+            return self.is_idle
+        now = self.sync_time()
+        req.state = FINISHED
+        self.tot_requests_executing -= 1
+        stats = req.flow_stats
+        stats.executing_requests -= 1
+        queue = req.queue
+        if queue is not None:
+            queue.executing.discard(req)
+            service = now - req.start_time
+            queue.next_dispatch_r -= seats_times_duration(
+                req.initial_seats, self.estimated_service - service
+            )
+            self._bound_next_dispatch(queue)
+            if queue.is_empty():
+                self.active_queues -= 1
+            self._push(queue)
+        else:
+            self.executing_sans_queue.discard(req)
+        if req.additional_latency <= 0:
+            self._release_seats(req)
+        else:
+            self.clock.call_later(req.additional_latency, lambda: self._release_later(req))
+        self.dispatch_as_much_as_possible()
+        return self.is_idle
+
+    def _release_later(self, req: Request) -> None:
+        self.sync_time()
+        self._release_seats(req)
+        self.dispatch_as_much_as_possible()
+
+    def _release_seats(self, req: Request) -> None:
+        seats = req.max_seats
+        self.tot_seats_in_use -= seats
+        req.flow_stats.executing_seats -= seats
+        self._note_demand()
+        queue = req.queue
+        if queue is None:
+            return
+        queue.seats_in_use -= seats
+        if len(self.queues) > self.desired_num_queues and queue.is_empty():
+            self._remove_queue(queue)
+
+    def _remove_queue(self, queue: Queue) -> None:
+        index = queue.index
+        del self.queues[index]
+        queue.index = -1
+        for q in self.queues[index:]:
+            q.index -= 1
+        if self.robin_index >= index:
+            self.robin_index -= 1
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def is_idle(self) -> bool:
+        return self.tot_requests_waiting == 0 and self.tot_requests_executing == 0
+
+    def waiting_requests(self, queue: Queue) -> list[Request]:
+        return [r for r in queue.waiting if r.state == WAITING]
