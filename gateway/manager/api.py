@@ -1,0 +1,186 @@
+"""The manager's JSON HTTP API (loopback; routers and operators are its only clients).
+
+See docs/platform.md, "Manager API", for the contract. Errors use the OpenWhisk shape
+``{"error": ..., "code": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from gateway.manager.core import ActionSpec, Container, UnknownRouter
+from gateway.manager.policy import Reason
+from gateway.manager.service import AcquireRejected, ManagerService
+from gateway.platform.errors import error_body
+
+SERVICE = web.AppKey("service", ManagerService)
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.Response(
+        status=status, body=error_body(message), content_type="application/json", headers=headers
+    )
+
+
+def _containers(items: list[Container]) -> list[dict[str, Any]]:
+    return [c.to_json() for c in items]
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json() if request.can_read_body else {}
+    except json.JSONDecodeError as exc:
+        raise web.HTTPBadRequest(body=error_body(f"body is not JSON: {exc}")) from exc
+    if not isinstance(data, dict):
+        raise web.HTTPBadRequest(body=error_body("body must be a JSON object"))
+    return data
+
+
+async def register(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    data = await _body(request)
+    if not isinstance(data.get("id"), str) or not isinstance(data.get("url"), str):
+        return _error(400, "register needs 'id' and 'url'")
+    held = service.core.register(data["id"], data["url"], data.get("holdings") or [])
+    return web.json_response(
+        {"lease_seconds": service.core.settings.lease_seconds, "containers": _containers(held)}
+    )
+
+
+async def renew(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        held = service.core.renew(request.match_info["router"])
+    except UnknownRouter:
+        return _error(404, "unknown router: register again")
+    return web.json_response(
+        {"lease_seconds": service.core.settings.lease_seconds, "containers": _containers(held)}
+    )
+
+
+async def deregister(request: web.Request) -> web.Response:
+    try:
+        request.app[SERVICE].core.deregister(request.match_info["router"])
+    except UnknownRouter:
+        return _error(404, "unknown router")
+    return web.json_response({"ok": True})
+
+
+async def router_containers(request: web.Request) -> web.Response:
+    core = request.app[SERVICE].core
+    return web.json_response(
+        {"containers": _containers(core.assignments(request.match_info["router"]))}
+    )
+
+
+async def list_routers(request: web.Request) -> web.Response:
+    core = request.app[SERVICE].core
+    routers = [
+        {"id": r.id, "url": r.url, "expires_in": r.expires - core.clock.now()}
+        for r in core.routers.values()
+    ]
+    return web.json_response({"routers": routers})
+
+
+async def acquire(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    data = await _body(request)
+    try:
+        action = ActionSpec.from_json(data["action"])
+        router_id = str(data["router"])
+        count = max(1, min(int(data.get("count", 1)), 64))
+    except (KeyError, TypeError, ValueError) as exc:
+        return _error(400, f"acquire needs 'router' and a valid 'action': {exc!r}")
+    try:
+        grant = await service.acquire(
+            router_id,
+            action,
+            count=count,
+            known=list(data.get("known") or []),
+            allow_proxy=bool(data.get("allow_proxy", True)),
+        )
+    except UnknownRouter:
+        return _error(404, "unknown router: register again")
+    except AcquireRejected as exc:
+        return _error(exc.status, str(exc), **{"Retry-After": "1"})
+    return web.json_response(
+        {
+            "containers": _containers(grant.assigned),
+            "proxy": [{"id": r.id, "url": r.url} for r in grant.proxy],
+        }
+    )
+
+
+async def give_back(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    data = await _body(request)
+    cid = request.match_info["container"]
+    if not service.give_back(str(data.get("router", "")), cid, str(data.get("reason", "idle"))):
+        return _error(404, f"container {cid} is not owned by that router")
+    return web.json_response({"ok": True})
+
+
+async def evict(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    data = await _body(request)
+    cid = request.match_info["container"]
+    try:
+        reason = Reason(data.get("reason", "upgrade"))
+    except ValueError:
+        return _error(400, f"reason must be one of {[r.value for r in Reason]}")
+    c = service.core.containers.get(cid)
+    if c is None:
+        return _error(404, f"no container {cid}")
+    decision = await service.disrupt(cid, reason)
+    if decision.value == "refuse":
+        return _error(
+            429,
+            f"Cannot evict {cid}: eviction.safe={c.action.eviction.value} does not allow "
+            f"eviction for {reason.value}.",
+        )
+    return web.json_response({"id": cid, "decision": decision.value})
+
+
+async def drain(request: web.Request) -> web.Response:
+    data = await _body(request)
+    decisions = await request.app[SERVICE].drain(data.get("namespace"), data.get("action"))
+    return web.json_response({"drained": decisions})
+
+
+async def list_containers(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    stems = [h.id for hs in service.stems.values() for h in hs]
+    return web.json_response(
+        {"containers": _containers(list(service.core.containers.values())), "stems": stems}
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def build_app(service: ManagerService) -> web.Application:
+    app = web.Application()
+    app[SERVICE] = service
+    app.router.add_post("/v1/routers", register)
+    app.router.add_get("/v1/routers", list_routers)
+    app.router.add_put("/v1/routers/{router}/lease", renew)
+    app.router.add_delete("/v1/routers/{router}", deregister)
+    app.router.add_get("/v1/routers/{router}/containers", router_containers)
+    app.router.add_post("/v1/acquire", acquire)
+    app.router.add_get("/v1/containers", list_containers)
+    app.router.add_post("/v1/containers/{container}/giveback", give_back)
+    app.router.add_post("/v1/containers/{container}/evict", evict)
+    app.router.add_post("/v1/drain", drain)
+    app.router.add_get("/healthz", healthz)
+
+    async def lifecycle(app: web.Application) -> Any:
+        await service.start()
+        yield
+        await service.stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

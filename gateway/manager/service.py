@@ -1,0 +1,258 @@
+"""The manager's I/O shell: backend calls, router calls and stem cells around ``ManagerCore``.
+
+Container labels written to the backend: ``role`` (``action`` or ``stem``), ``kind``,
+``memory`` and, for action containers, ``action`` (the ``ActionSpec`` as JSON); they are all
+a restarted manager needs to rebuild its view from ``backend.list()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.manager.backends.base import Backend, BackendError, ContainerHandle, ContainerSpec
+from gateway.manager.core import ActionSpec, Container, CState, Grant, ManagerCore, ManagerSettings
+from gateway.manager.policy import Disruption, Reason
+from gateway.platform.ids import new_container_id
+
+log = logging.getLogger("gateway.manager")
+
+STEM_MEMORY_MB = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    core: ManagerSettings = field(default_factory=ManagerSettings)
+    grace_seconds: float = 5.0  # SIGTERM -> SIGKILL for graceful stops
+    prewarm: dict[str, int] = field(default_factory=dict)  # kind -> stem cells kept ready
+    remove_on_exit: bool = True
+    max_evictions_per_acquire: int = 8
+
+
+class AcquireRejected(Exception):
+    def __init__(self, message: str, status: int = 429) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ManagerService:
+    def __init__(self, backend: Backend, settings: ServiceSettings) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.core = ManagerCore(AsyncioEventClock(), settings.core, self._on_reclaim)
+        self.handles: dict[str, ContainerHandle] = {}
+        self.stems: dict[str, list[ContainerHandle]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._http: aiohttp.ClientSession | None = None
+        self._backfilling: set[str] = set()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        for handle in await self.backend.list():
+            self.handles[handle.id] = handle
+            if handle.labels.get("role") == "stem":
+                self.stems.setdefault(handle.labels.get("kind", ""), []).append(handle)
+                continue
+            try:
+                spec = ActionSpec.from_json(json.loads(handle.labels["action"]))
+            except (KeyError, ValueError) as exc:
+                log.warning("container %s has unreadable labels (%s); removing it", handle.id, exc)
+                self._spawn(self._remove(handle.id, 0.0))
+                continue
+            self.core.adopt(handle.id, spec, handle.url, self.backend.agent(handle))
+        log.info("recovered %d containers", len(self.handles))
+        for kind in self.settings.prewarm:
+            self._spawn(self._backfill(kind))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.settings.remove_on_exit:
+            await asyncio.gather(
+                *(
+                    self.backend.remove(h, self.settings.grace_seconds)
+                    for h in self.handles.values()
+                ),
+                return_exceptions=True,
+            )
+        await self.backend.close()
+        if self._http is not None:
+            await self._http.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- acquire -------------------------------------------------------------------------
+    async def acquire(
+        self,
+        router_id: str,
+        action: ActionSpec,
+        *,
+        count: int,
+        known: list[str],
+        allow_proxy: bool,
+    ) -> Grant:
+        for _ in range(self.settings.max_evictions_per_acquire + 1):
+            grant = self.core.acquire(
+                router_id, action, count=count, known=known, allow_proxy=allow_proxy
+            )
+            if grant.reject is not None:
+                raise AcquireRejected(grant.reject)
+            if grant.create:
+                created = await asyncio.gather(*(self._create(c) for c in grant.create))
+                made = [c for c in created if c is not None]
+                if not made:
+                    raise AcquireRejected("The container backend could not start a container.", 503)
+                return Grant(assigned=made)
+            if grant.evict:
+                if not await self._evict_one(grant.evict):
+                    raise AcquireRejected(
+                        f"The namespace '{action.namespace}' has reached its container quota "
+                        "and all of its evictable containers are busy."
+                    )
+                continue
+            return grant
+        raise AcquireRejected("Too many evictions needed to make space; try again later.")
+
+    async def _create(self, c: Container) -> Container | None:
+        labels = {
+            "role": "action",
+            "kind": c.action.kind,
+            "memory": str(c.action.memory_mb),
+            "action": json.dumps(c.action.to_json()),
+        }
+        try:
+            handle = await self._take_stem(c, labels)
+            if handle is None:
+                spec = ContainerSpec(
+                    c.id, c.action.kind, c.action.memory_mb, c.action.concurrency, labels
+                )
+                handle = await self.backend.create(spec)
+        except BackendError as exc:
+            log.warning("cannot create container for %s: %s", c.action.key, exc)
+            self.core.removed(c.id)
+            return None
+        self.handles[c.id] = handle
+        done = self.core.created(c.id, handle.url, self.backend.agent(handle))
+        if done is None:  # removed meanwhile
+            self._spawn(self._remove(c.id, 0.0))
+        return done
+
+    async def _take_stem(self, c: Container, labels: dict[str, str]) -> ContainerHandle | None:
+        stems = self.stems.get(c.action.kind)
+        if not stems or c.action.memory_mb != STEM_MEMORY_MB:
+            return None
+        stem = stems.pop(0)
+        self._spawn(self._backfill(c.action.kind))
+        handle = await self.backend.relabel(stem, {**stem.labels, **labels})
+        # the stem's id becomes the container id: the core's reservation takes its identity
+        self.core.containers[stem.id] = self.core.containers.pop(c.id)
+        c.id = stem.id
+        return handle
+
+    async def _backfill(self, kind: str) -> None:
+        if kind in self._backfilling:
+            return
+        self._backfilling.add(kind)
+        try:
+            while len(self.stems.get(kind, [])) < self.settings.prewarm.get(kind, 0):
+                spec = ContainerSpec(
+                    new_container_id(), kind, STEM_MEMORY_MB, None, {"role": "stem", "kind": kind}
+                )
+                handle = await self.backend.create(spec)
+                self.handles[handle.id] = handle
+                self.stems.setdefault(kind, []).append(handle)
+        except BackendError as exc:
+            log.warning("cannot prewarm a %s container: %s", kind, exc)
+        finally:
+            self._backfilling.discard(kind)
+
+    async def _evict_one(self, candidates: list[Container]) -> bool:
+        """Space eviction: the first candidate its owner gives back idle is removed."""
+        for c in candidates:
+            if c.state is CState.ASSIGNED and c.owner is not None:
+                url = self.core.routers[c.owner].url if c.owner in self.core.routers else None
+                if url is not None and not await self._ask_give_back(url, c.id, True, 0.0):
+                    continue
+            if self.core.begin_removal(c.id) is None:
+                continue
+            log.info("evicting idle %s (%s) to make space", c.id, c.action.key)
+            self._spawn(self._remove(c.id, self.settings.grace_seconds))
+            return True
+        return False
+
+    # ---- give back, evict, drain ---------------------------------------------------------
+    def give_back(self, router_id: str, cid: str, reason: str) -> bool:
+        c = self.core.containers.get(cid)
+        if c is None or c.owner != router_id:
+            return False
+        self.core.begin_removal(cid)
+        grace = (
+            0.0 if reason in ("timeout", "failed", "init-failed") else self.settings.grace_seconds
+        )
+        self._spawn(self._remove(cid, grace))
+        return True
+
+    async def disrupt(self, cid: str, reason: Reason) -> Disruption:
+        decision = self.core.disruption(cid, reason)
+        if decision is not Disruption.REFUSE:
+            await self._disrupt(self.core.containers[cid], decision)
+        return decision
+
+    async def drain(self, namespace: str | None, action: str | None) -> dict[str, str]:
+        chosen = self.core.select(namespace, action)
+        decisions = {c.id: self.core.disruption(c.id, Reason.UPGRADE) for c in chosen}
+        await asyncio.gather(*(self._disrupt(c, decisions[c.id]) for c in chosen))
+        return {cid: d.value for cid, d in decisions.items()}
+
+    async def _disrupt(self, c: Container, decision: Disruption) -> None:
+        grace = self.settings.grace_seconds
+        if c.state is CState.ASSIGNED and c.owner in self.core.routers:
+            url = self.core.routers[c.owner].url
+            wait = None if decision is Disruption.WHEN_IDLE else grace
+            await self._ask_give_back(url, c.id, False, wait)
+        if self.core.begin_removal(c.id) is not None:
+            await self._remove(c.id, grace)
+
+    async def _ask_give_back(
+        self, router_url: str, cid: str, only_if_idle: bool, wait: float | None
+    ) -> bool:
+        assert self._http is not None
+        body = {"only_if_idle": only_if_idle, "wait_seconds": wait}
+        try:
+            async with self._http.post(
+                f"{router_url}/_platform/v1/containers/{cid}/giveback", json=body
+            ) as resp:
+                return resp.status == 200
+        except aiohttp.ClientError as exc:
+            log.warning("router %s unreachable for give-back of %s: %s", router_url, cid, exc)
+            return not only_if_idle
+
+    async def _remove(self, cid: str, grace: float) -> None:
+        handle = self.handles.pop(cid, None)
+        try:
+            if handle is not None:
+                await self.backend.remove(handle, grace)
+        finally:
+            self.core.removed(cid)
+
+    def _on_reclaim(self, c: Container) -> None:
+        self._spawn(self._remove(c.id, self.settings.grace_seconds))
+
+    async def wait_idle(self) -> None:
+        """Wait for background removals (tests and shutdown)."""
+        while self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)

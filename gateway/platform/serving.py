@@ -1,0 +1,72 @@
+"""Run an aiohttp application until SIGINT/SIGTERM, announcing its URL on stdout.
+
+Processes started by ``apf-gateway up`` and the tests bind port 0 and read the first stdout
+line, ``LISTENING http://HOST:PORT``, to learn where they listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+
+from aiohttp import web
+
+
+def parse_listen(value: str, default_port: int = 0) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value or "127.0.0.1", default_port
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit():
+        raise ValueError(f"bad port in {value!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve_until_signal(app: web.Application, sock: socket.socket) -> None:
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.SockSite(runner, sock, shutdown_timeout=30.0)
+    await site.start()
+    print(f"LISTENING {url_of(sock)}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(app: web.Application, listen: str) -> int:
+    try:
+        host, port = parse_listen(listen)
+        sock = bind(host, port)
+    except (ValueError, OSError) as exc:
+        print(f"cannot listen on {listen}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        pass
+    asyncio.run(serve_until_signal(app, sock))
+    return 0
