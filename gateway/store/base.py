@@ -1,0 +1,134 @@
+"""The store contract shared by the router and the manager, and helpers every driver uses.
+
+Exceptions::
+
+    StoreError          anything a store cannot do (connection lost, bad URL, corrupt row)
+    └── Conflict        put_action(overwrite=False) on an action that exists
+
+Documents are plain JSON-able dicts shaped like OpenWhisk's REST API (``platform-reference.md``
+section 2). A store keeps them whole as JSON and indexes only what it filters or sorts on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class StoreError(Exception):
+    """Base of every store failure."""
+
+
+class Conflict(StoreError):
+    """The action exists and ``overwrite`` was false (OpenWhisk answers 409)."""
+
+
+class Store(Protocol):
+    async def open(self) -> None:
+        """Connect and create the schema / apply pending migrations; safe to race."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def put_action(
+        self, namespace: str, name: str, doc: dict[str, Any], *, overwrite: bool
+    ) -> dict[str, Any]:
+        """Store ``doc`` and return it with ``namespace``, ``name``, ``version`` (``0.0.1``
+        on create, patch bumped on overwrite) and ``updated`` (epoch ms) set.
+        Raises ``Conflict`` if it exists and ``overwrite`` is false."""
+        ...
+
+    async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def list_actions(
+        self, namespace: str, *, limit: int = 30, skip: int = 0
+    ) -> list[dict[str, Any]]:
+        """Most recently updated first, as OpenWhisk lists them."""
+        ...
+
+    async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The deleted document, or None if there was none."""
+        ...
+
+    async def put_activations(self, records: list[dict[str, Any]]) -> None:
+        """Insert or replace by ``activationId``: writing a record twice keeps one copy."""
+        ...
+
+    async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None: ...
+
+    async def list_activations(
+        self,
+        namespace: str,
+        *,
+        limit: int = 30,
+        skip: int = 0,
+        name: str | None = None,
+        since: int | None = None,
+        upto: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms)."""
+        ...
+
+
+FIRST_VERSION = "0.0.1"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def next_version(previous: str | None) -> str:
+    """``0.0.1`` -> ``0.0.2`` (OpenWhisk bumps the patch level on every update)."""
+    if not previous:
+        return FIRST_VERSION
+    parts = previous.split(".")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        return FIRST_VERSION
+    if len(numbers) != 3:
+        return FIRST_VERSION
+    return f"{numbers[0]}.{numbers[1]}.{numbers[2] + 1}"
+
+
+def stamp_action(
+    namespace: str, name: str, doc: dict[str, Any], previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    stored = dict(doc)
+    stored["namespace"] = namespace
+    stored["name"] = name
+    stored["version"] = next_version(previous.get("version") if previous else None)
+    updated = now_ms()
+    if previous is not None:  # keep "updated" strictly increasing for the list order
+        updated = max(updated, int(previous.get("updated", 0)) + 1)
+    stored["updated"] = updated
+    return stored
+
+
+def check_page(limit: int, skip: int) -> None:
+    if limit < 0 or skip < 0:
+        raise StoreError(f"limit and skip must be >= 0 (got limit={limit}, skip={skip})")
+
+
+def activation_key(record: dict[str, Any]) -> tuple[str, str, str, int]:
+    """The indexed columns of an activation record: (id, namespace, name, start)."""
+    try:
+        return (
+            str(record["activationId"]),
+            str(record["namespace"]),
+            str(record["name"]),
+            int(record["start"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(
+            "an activation record needs activationId, namespace, name and an integer start: "
+            f"{exc!r}"
+        ) from exc
+
+
+def dedupe_activations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last record per activationId (an upsert batch may not touch a row twice)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        latest[activation_key(record)[0]] = record
+    return list(latest.values())

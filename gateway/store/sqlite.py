@@ -1,0 +1,266 @@
+"""SQLite store: the embedded default, shareable by several router processes on one host.
+
+One ``sqlite3`` connection lives on one dedicated thread and every store call is one hop to
+that thread running a whole transaction (``docs/decisions/0003-store-drivers.md`` says why
+not aiosqlite). Several processes may open the same file: WAL lets readers run beside the
+single writer, every write transaction starts with ``BEGIN IMMEDIATE`` (take the write lock
+before reading, so a read-modify-write such as a version bump cannot interleave) and
+``busy_timeout`` makes a blocked writer wait instead of failing. ``synchronous=NORMAL`` in
+WAL mode survives a crash of the process; a power loss may drop the last transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from gateway.store.base import (
+    Conflict,
+    StoreError,
+    activation_key,
+    check_page,
+    dedupe_activations,
+    now_ms,
+    stamp_action,
+)
+
+T = TypeVar("T")
+
+MEMORY = ":memory:"
+
+#: (version, statements); append only, never edit an applied step.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE actions (
+                namespace TEXT NOT NULL,
+                name TEXT NOT NULL,
+                updated INTEGER NOT NULL,
+                doc TEXT NOT NULL,
+                PRIMARY KEY (namespace, name))""",
+            "CREATE INDEX actions_by_updated ON actions (namespace, updated DESC)",
+            """CREATE TABLE activations (
+                activation_id TEXT PRIMARY KEY,
+                namespace TEXT NOT NULL,
+                name TEXT NOT NULL,
+                start INTEGER NOT NULL,
+                doc TEXT NOT NULL)""",
+            "CREATE INDEX activations_by_start ON activations (namespace, start DESC)",
+            "CREATE INDEX activations_by_name ON activations (namespace, name, start DESC)",
+        ],
+    ),
+]
+
+_UPSERT_ACTIVATION = """
+    INSERT INTO activations (activation_id, namespace, name, start, doc) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (activation_id) DO UPDATE SET namespace = excluded.namespace,
+        name = excluded.name, start = excluded.start, doc = excluded.doc"""
+
+
+def _dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _loads(text: str) -> dict[str, Any]:
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise StoreError("a stored document is not a JSON object")
+    return doc
+
+
+class SQLiteStore:
+    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # --- plumbing -----------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise StoreError("the SQLite store is not open")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite ({self.path}): {exc}") from exc
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the SQLite store is not open")
+        return self._conn
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        try:
+            await self._call(self._open)
+        except BaseException:
+            await self.close()
+            raise
+
+    def _open(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn = conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        # Switching a new file to WAL while another process migrates it can fail with
+        # SQLITE_BUSY at once (SQLite skips the busy handler where it could deadlock).
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        for attempt in itertools.count(1):
+            try:
+                if self.path != MEMORY:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                self._write(self._migrate)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(0.1, 0.005 * attempt))
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied INTEGER NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+        for version, statements in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, now_ms()))
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+        executor.shutdown(wait=True)
+
+    # --- actions ------------------------------------------------------------------------
+    async def put_action(
+        self, namespace: str, name: str, doc: dict[str, Any], *, overwrite: bool
+    ) -> dict[str, Any]:
+        def put(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            if row is not None and not overwrite:
+                raise Conflict(f"action {namespace}/{name} already exists")
+            stored = stamp_action(namespace, name, doc, _loads(row[0]) if row else None)
+            conn.execute(
+                "INSERT INTO actions (namespace, name, updated, doc) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (namespace, name) DO UPDATE SET "
+                "updated = excluded.updated, doc = excluded.doc",
+                (namespace, name, stored["updated"], _dumps(stored)),
+            )
+            return stored
+
+        return await self._call(self._write, put)
+
+    async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def get() -> dict[str, Any] | None:
+            row = self.conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            return _loads(row[0]) if row else None
+
+        return await self._call(get)
+
+    async def list_actions(
+        self, namespace: str, *, limit: int = 30, skip: int = 0
+    ) -> list[dict[str, Any]]:
+        check_page(limit, skip)
+
+        def list_() -> list[dict[str, Any]]:
+            rows = self.conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? "
+                "ORDER BY updated DESC, name LIMIT ? OFFSET ?",
+                (namespace, limit or -1, skip),
+            )
+            return [_loads(row[0]) for row in rows]
+
+        return await self._call(list_)
+
+    async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def delete(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                "DELETE FROM actions WHERE namespace = ? AND name = ? RETURNING doc",
+                (namespace, name),
+            ).fetchone()
+            return _loads(row[0]) if row else None
+
+        return await self._call(self._write, delete)
+
+    # --- activations --------------------------------------------------------------------
+    async def put_activations(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        rows = [(*activation_key(r), _dumps(r)) for r in dedupe_activations(records)]
+
+        def put(conn: sqlite3.Connection) -> None:
+            conn.executemany(_UPSERT_ACTIVATION, rows)
+
+        await self._call(self._write, put)
+
+    async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
+        def get() -> dict[str, Any] | None:
+            row = self.conn.execute(
+                "SELECT doc FROM activations WHERE activation_id = ? AND namespace = ?",
+                (activation_id, namespace),
+            ).fetchone()
+            return _loads(row[0]) if row else None
+
+        return await self._call(get)
+
+    async def list_activations(
+        self,
+        namespace: str,
+        *,
+        limit: int = 30,
+        skip: int = 0,
+        name: str | None = None,
+        since: int | None = None,
+        upto: int | None = None,
+    ) -> list[dict[str, Any]]:
+        check_page(limit, skip)
+        where = ["namespace = ?"]
+        args: list[Any] = [namespace]
+        for clause, value in (("name = ?", name), ("start >= ?", since), ("start <= ?", upto)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        sql = (
+            f"SELECT doc FROM activations WHERE {' AND '.join(where)} "
+            "ORDER BY start DESC, activation_id DESC LIMIT ? OFFSET ?"
+        )
+        args += [limit or -1, skip]
+
+        def list_() -> list[dict[str, Any]]:
+            return [_loads(row[0]) for row in self.conn.execute(sql, args)]
+
+        return await self._call(list_)

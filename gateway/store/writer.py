@@ -1,0 +1,126 @@
+"""Batched, non-blocking activation writes for the router's hot path.
+
+``submit`` only appends to an in-memory queue; a background task writes batches of up to
+``max_batch`` records, at most ``max_delay`` seconds after the first record of a batch was
+submitted (a full batch goes at once). Until a record is written, ``get_pending`` returns it,
+so "invoke, then fetch the activation" works even before the write. A failed write keeps the
+batch and retries after a growing pause (capped at 1 s); ``close`` writes everything pending
+and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
+graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
+
+Time goes through an injected event clock (``gateway.testing.FakeEventClock`` in tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from gateway.flowcontrol.clock import AsyncioEventClock, EventClock, Timer
+from gateway.store.base import Store, StoreError, activation_key
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_PAUSE = 1.0
+
+
+class ActivationWriter:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 100,
+        max_delay: float = 0.05,
+        clock: EventClock | None = None,
+    ) -> None:
+        if max_batch < 1 or max_delay < 0:
+            raise ValueError("max_batch must be >= 1 and max_delay >= 0")
+        self._store = store
+        self._max_batch = max_batch
+        self._max_delay = max_delay
+        self._clock: EventClock = clock or AsyncioEventClock()
+        # (namespace, activationId) -> record, in submission order; written ones are removed
+        self._pending: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._due = asyncio.Event()  # a batch should be written now
+        self._idle = asyncio.Event()  # nothing pending
+        self._idle.set()
+        self._timer: Timer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failures = 0
+        self.batches_written = 0
+
+    def submit(self, record: dict[str, Any]) -> None:
+        """Queue ``record``; never blocks, never awaits. A later submit of the same id wins."""
+        if self._closing:
+            raise StoreError("the activation writer is closed")
+        activation_id, namespace, _, _ = activation_key(record)
+        key = (namespace, activation_id)
+        self._pending.pop(key, None)
+        self._pending[key] = record
+        self._idle.clear()
+        if len(self._pending) >= self._max_batch:
+            self._due.set()
+        elif self._timer is None and not self._due.is_set():
+            self._timer = self._clock.call_later(self._max_delay, self._due.set)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def get_pending(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
+        return self._pending.get((namespace, activation_id))
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="activation-writer")
+
+    async def flush(self) -> None:
+        """Return once everything submitted so far is written (waits through retries)."""
+        if self._task is None or self._task.done():
+            await self._write_all()
+            return
+        self._due.set()
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._cancel_timer()
+        await self._write_all()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._due.wait()
+            self._due.clear()
+            self._cancel_timer()
+            try:
+                await self._write_all()
+                self._failures = 0
+            except StoreError:
+                self._failures += 1
+                pause = min(MAX_RETRY_PAUSE, 0.01 * 2**self._failures)
+                log.exception("writing activations failed; retrying in %.2fs", pause)
+                self._timer = self._clock.call_later(pause, self._due.set)
+
+    async def _write_all(self) -> None:
+        while self._pending:
+            batch = list(itertools.islice(self._pending.items(), self._max_batch))
+            await self._store.put_activations([record for _, record in batch])
+            self.batches_written += 1
+            for key, record in batch:
+                if self._pending.get(key) is record:  # not replaced meanwhile
+                    del self._pending[key]
+        if not self._pending:
+            self._idle.set()
