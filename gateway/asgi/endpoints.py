@@ -1,0 +1,67 @@
+"""Paths the gateway answers itself behind admission: ``/metrics`` and the APF debug dumps.
+
+They sit inside flow control, as in kube-apiserver, so a scrape is classified like any other
+non-resource request. The dumps are for users in the configured groups only (403 otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import parse_qs
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gateway.asgi.describe import DIGEST_KEY
+from gateway.flowcontrol.digest import RequestDigest
+from gateway.http.status import send_bytes, send_status
+from gateway.http.types import ASGIApp, Receive, Scope, Send
+
+DEBUG_PREFIX = "/debug/api_priority_and_fairness/"
+TEXT = b"text/plain; charset=utf-8"
+# name -> render(include_details) for /debug/api_priority_and_fairness/<name>
+DebugDumps = dict[str, Callable[[bool], str]]
+
+
+class LocalEndpoints:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        registry: CollectorRegistry,
+        dumps: DebugDumps | None = None,
+        debug_groups: tuple[str, ...] = ("system:masters",),
+    ) -> None:
+        self.app = app
+        self.registry = registry
+        self.dumps = dumps or {}
+        self.debug_groups = frozenset(debug_groups)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if path == "/metrics":
+                await send_bytes(
+                    send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode()
+                )
+                return
+            if path.startswith(DEBUG_PREFIX):
+                await self._debug(scope, send, path[len(DEBUG_PREFIX) :])
+                return
+        await self.app(scope, receive, send)
+
+    async def _debug(self, scope: Scope, send: Send, name: str) -> None:
+        digest: RequestDigest | None = scope.get(DIGEST_KEY)
+        user = digest.user if digest is not None else None
+        if user is None or self.debug_groups.isdisjoint(user.groups):
+            who = user.name if user is not None else "unknown user"
+            await send_status(
+                send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"'
+            )
+            return
+        render = self.dumps.get(name)
+        if render is None:
+            await send_status(send, 404, f"no debug dump named {name!r}")
+            return
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        details = bool(query.get("includeRequestDetails", [""])[0])
+        await send_bytes(send, 200, render(details).encode(), TEXT)

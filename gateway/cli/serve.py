@@ -1,0 +1,287 @@
+"""``apf-gateway serve``: run the front door. Every GatewayConfiguration field has a flag; flags
+override the file and survive reloads (they are merged into every reloaded document)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+# flag dest -> document path (camelCase keys), kind
+FLAGS: list[tuple[str, str, str, str]] = [
+    # (flag, document path, metavar, help)
+    ("--listen", "listen", "HOST:PORT", "address to serve on (default 127.0.0.1:8080)"),
+    (
+        "--max-requests-inflight",
+        "maxRequestsInflight",
+        "N",
+        "read-only in-flight limit; with APF, part of the server concurrency limit (default 400)",
+    ),
+    (
+        "--max-mutating-requests-inflight",
+        "maxMutatingRequestsInflight",
+        "N",
+        "mutating in-flight limit; with APF, part of the server concurrency limit (default 200)",
+    ),
+    (
+        "--enable-priority-and-fairness",
+        "enablePriorityAndFairness",
+        "BOOL",
+        "API Priority and Fairness (default true); false selects the max-in-flight filter",
+    ),
+    (
+        "--request-timeout",
+        "requestTimeout",
+        "DURATION",
+        "request deadline; queue waits are limited to a quarter of it, at most 60s (default 60s)",
+    ),
+    (
+        "--too-many-requests-body",
+        "tooManyRequestsBody",
+        "text|status",
+        "429 body: kube-apiserver's plain text (default) or a Status naming level and reason",
+    ),
+    (
+        "--debug-allowed-groups",
+        "debugAllowedGroups",
+        "G1,G2",
+        "groups allowed to read /debug/api_priority_and_fairness/* (default system:masters)",
+    ),
+    (
+        "--shutdown-grace-period",
+        "shutdownGracePeriod",
+        "DURATION",
+        "on SIGTERM, how long executing requests may take to finish (default 30s)",
+    ),
+    (
+        "--config-poll-interval",
+        "configPollInterval",
+        "DURATION",
+        "how often config files are checked for changes; 0 = SIGHUP only (default 2s)",
+    ),
+    (
+        "--token-auth-file",
+        "authentication.tokenAuthFile",
+        "FILE",
+        'static bearer tokens, CSV token,user,uid,"group1,group2"',
+    ),
+    (
+        "--openwhisk-keys-file",
+        "authentication.openwhiskKeysFile",
+        "FILE",
+        "OpenWhisk API keys for HTTP Basic, one uuid:key,subject,namespace per line",
+    ),
+    (
+        "--anonymous-auth",
+        "authentication.anonymous",
+        "BOOL",
+        "treat requests without credentials as system:anonymous (default true); false -> 401",
+    ),
+    (
+        "--requestheader-allowed-cidrs",
+        "authentication.requestHeader.allowedCIDRs",
+        "CIDRS",
+        "source networks trusted to send identity headers (default none)",
+    ),
+    (
+        "--requestheader-username-headers",
+        "authentication.requestHeader.usernameHeaders",
+        "H1,H2",
+        "user name headers from trusted proxies (default X-Remote-User)",
+    ),
+    (
+        "--requestheader-group-headers",
+        "authentication.requestHeader.groupHeaders",
+        "H1,H2",
+        "group headers from trusted proxies (default X-Remote-Group)",
+    ),
+    (
+        "--requestheader-extra-headers-prefix",
+        "authentication.requestHeader.extraHeaderPrefixes",
+        "P1,P2",
+        "extra-attribute header prefixes (default X-Remote-Extra-)",
+    ),
+    (
+        "--proxy-transport",
+        "proxy.transport",
+        "NAME",
+        "upstream client: aiohttp (default), httpx, httpx-aiohttp",
+    ),
+    (
+        "--upstream-connect-timeout",
+        "proxy.connectTimeout",
+        "DURATION",
+        "upstream connect timeout (default 5s)",
+    ),
+    (
+        "--upstream-read-timeout",
+        "proxy.readTimeout",
+        "DURATION",
+        "longest silence between upstream reads (default 60s)",
+    ),
+    (
+        "--upstream-pool-timeout",
+        "proxy.poolTimeout",
+        "DURATION",
+        "longest wait for a pooled upstream connection (default 5s)",
+    ),
+    (
+        "--upstream-keepalive-expiry",
+        "proxy.keepaliveExpiry",
+        "DURATION",
+        "idle upstream connections are closed after this (default 15s)",
+    ),
+    (
+        "--forward-identity",
+        "proxy.forwardIdentity",
+        "BOOL",
+        "send X-Remote-User/-Group/-Extra-* upstream (default true)",
+    ),
+]
+INT_FLAGS = {"maxRequestsInflight", "maxMutatingRequestsInflight"}
+LIST_FLAGS = {
+    "debugAllowedGroups",
+    "allowedCIDRs",
+    "usernameHeaders",
+    "groupHeaders",
+    "extraHeaderPrefixes",
+}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the front door (APF reverse proxy)",
+        description="Run the front door: authentication, API Priority and Fairness, reverse "
+        "proxy. Settings come from GatewayConfiguration documents in --config paths, which may "
+        "also hold FlowSchemas and PriorityLevelConfigurations (default: Kubernetes' mandatory "
+        "and suggested objects); flags override the documents.",
+    )
+    parser.add_argument(
+        "--config",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="YAML files or folders (repeatable); reloaded on change or SIGHUP",
+    )
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="[PREFIX=]URL",
+        help="upstream base URL, optionally for a path prefix (repeatable)",
+    )
+    parser.add_argument(
+        "--route-template",
+        action="append",
+        default=[],
+        metavar="PATH[=RESOURCE]",
+        help="describe a non-Kubernetes API path, e.g. /v2/{namespace}/items/{name}",
+    )
+    for flag, path, metavar, text in FLAGS:
+        nargs = "?" if metavar == "BOOL" else None
+        parser.add_argument(
+            flag,
+            dest=_dest(path),
+            metavar=metavar,
+            help=text,
+            nargs=nargs,
+            const="true" if nargs else None,
+        )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.set_defaults(func=run)
+
+
+def _dest(path: str) -> str:
+    return "cfg__" + path.replace(".", "__")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags that were given, in GatewayConfiguration document shape."""
+    out: dict[str, Any] = {}
+    for _flag, path, _metavar, _text in FLAGS:
+        value = getattr(args, _dest(path))
+        if value is None:
+            continue
+        keys = path.split(".")
+        if keys[-1] in INT_FLAGS:
+            value = int(value) if value.lstrip("-").isdigit() else value
+        elif keys[-1] in LIST_FLAGS:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        node = out
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    if args.upstream:
+        ups = []
+        for spec in args.upstream:
+            prefix, sep, url = spec.partition("=")
+            ups.append(
+                {"prefix": prefix, "url": url} if sep and prefix.startswith("/") else {"url": spec}
+            )
+        out["upstreams"] = ups
+    if args.route_template:
+        templates = []
+        for spec in args.route_template:
+            path, sep, resource = spec.partition("=")
+            templates.append({"path": path, "resource": resource} if sep else {"path": spec})
+        out["routeTemplates"] = templates
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.server import Gateway
+    from gateway.settings.reload import Reloader
+    from gateway.settings.sources import ConfigLoadError, load_config
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides = overrides_from_args(args)
+    try:
+        loaded = load_config(args.config, overrides)
+        gateway = Gateway(loaded)
+    except (ConfigLoadError, ValueError, OSError) as exc:
+        print(f"apf-gateway serve: {exc}", file=sys.stderr)
+        return 2
+    settings = loaded.settings
+    reloader = Reloader(
+        paths=args.config,
+        overrides=overrides,
+        current=loaded,
+        apply=gateway.apply,
+        on_result=gateway.metrics.observe_reload,
+    )
+    gateway.on_startup.append(lambda: reloader.start(settings.config_poll_interval))
+    host, port = settings.host_port
+    config = uvicorn.Config(
+        gateway,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_period) or None,
+    )
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if sig in (signal.SIGTERM, signal.SIGINT) and not self.should_exit:
+                gateway.begin_drain()
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(config)
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,110 @@
+"""Metrics of the front door itself: upstream latency and errors, config reloads, and the
+max-in-flight filter's counts (``apiserver_current_inflight_requests`` when APF is off).
+
+Plain counters updated on the hot path, exported by a custom collector at scrape time, so a
+request pays an attribute increment instead of a locked library call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gateway.flowcontrol.stats import Histogram
+
+if TYPE_CHECKING:
+    from gateway.asgi.maxinflight import MaxInFlightMiddleware
+
+UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+ERROR_KINDS = ("connect", "timeout", "protocol")
+
+
+def histogram_buckets(h: Histogram) -> list[tuple[str, float]]:
+    return [("+Inf" if b == float("inf") else _le(b), c) for b, c in h.cumulative()]
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class FrontDoorMetrics(Collector):
+    def __init__(self) -> None:
+        self.upstream_latency: dict[str, Histogram] = {}
+        self.upstream_errors: dict[tuple[str, str], int] = {}
+        self.reloads = {"success": 0, "failure": 0}
+        self.last_reload_ok = 1
+        self.maxinflight: MaxInFlightMiddleware | None = None
+        self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
+
+    # Hot-path hooks ---------------------------------------------------------------------
+    def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
+        h = self.upstream_latency.get(upstream)
+        if h is None:
+            h = self.upstream_latency[upstream] = Histogram(UPSTREAM_BUCKETS)
+        h.observe(seconds)
+        if error:
+            key = (upstream, error)
+            self.upstream_errors[key] = self.upstream_errors.get(key, 0) + 1
+
+    def observe_reload(self, ok: bool) -> None:
+        self.reloads["success" if ok else "failure"] += 1
+        self.last_reload_ok = 1 if ok else 0
+
+    def observe_maxinflight_reject(self, kind: str) -> None:
+        self.maxinflight_rejected[kind] += 1
+
+    # Export -----------------------------------------------------------------------------
+    def collect(self) -> Iterator[Metric]:
+        lat = HistogramMetricFamily(
+            "gateway_upstream_request_duration_seconds",
+            "Time from sending a request upstream to receiving its response headers.",
+            labels=["upstream"],
+        )
+        for upstream, h in sorted(self.upstream_latency.items()):
+            lat.add_metric([upstream], histogram_buckets(h), h.sum)
+        yield lat
+        err = CounterMetricFamily(
+            "gateway_upstream_errors",
+            "Upstream requests that failed, by kind (connect -> 502, timeout -> 504, protocol).",
+            labels=["upstream", "kind"],
+        )
+        for (upstream, kind), n in sorted(self.upstream_errors.items()):
+            err.add_metric([upstream, kind], n)
+        yield err
+        reloads = CounterMetricFamily(
+            "gateway_config_reloads", "Configuration reload attempts by result.", labels=["result"]
+        )
+        for result, n in self.reloads.items():
+            reloads.add_metric([result], n)
+        yield reloads
+        yield GaugeMetricFamily(
+            "gateway_config_last_reload_successful",
+            "1 if the last configuration reload was applied, 0 if it was refused.",
+            value=self.last_reload_ok,
+        )
+        if self.maxinflight is not None:
+            inflight = GaugeMetricFamily(
+                "apiserver_current_inflight_requests",
+                "Maximal number of currently used inflight request limit of this apiserver per "
+                "request kind in last second.",
+                labels=["request_kind"],
+            )
+            for kind, mark in self.maxinflight.inflight.items():
+                inflight.add_metric([kind], mark.value())
+            yield inflight
+            rejected = CounterMetricFamily(
+                "gateway_maxinflight_rejected_requests",
+                "Requests refused with 429 by the max-in-flight filter (APF disabled).",
+                labels=["request_kind"],
+            )
+            for kind, n in self.maxinflight_rejected.items():
+                rejected.add_metric([kind], n)
+            yield rejected

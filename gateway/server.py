@@ -1,0 +1,191 @@
+"""Production wiring: settings -> one ASGI app (the only place that knows every component).
+
+Stack, outermost first: lifespan, health probes (never queued), admission (APF or the
+max-in-flight filter; both authenticate and describe), local endpoints (/metrics, debug dumps),
+reverse proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
+from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
+from gateway.asgi.describe import RequestDescriber
+from gateway.asgi.endpoints import LocalEndpoints
+from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
+from gateway.asgi.maxinflight import MaxInFlightMiddleware
+from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
+from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.metrics.frontdoor import FrontDoorMetrics
+from gateway.proxy.app import ProxyApp, UpstreamRoute
+from gateway.proxy.headers import HeaderPolicy
+from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.settings.model import GatewaySettings
+from gateway.settings.sources import LoadedConfig
+
+log = logging.getLogger("gateway.server")
+
+
+def build_authenticator(settings: GatewaySettings) -> RequestAuthenticator:
+    """Reads the credential files; raises ``CredentialFileError``/``ValueError`` naming them."""
+    auth = settings.authentication
+    rh = auth.request_header
+    return RequestAuthenticator(
+        tokens=load_token_file(auth.token_auth_file) if auth.token_auth_file else None,
+        openwhisk_keys=(
+            load_openwhisk_keys(auth.openwhisk_keys_file) if auth.openwhisk_keys_file else None
+        ),
+        front_proxy=FrontProxyConfig(
+            allowed_cidrs=parse_cidrs(rh.allowed_cidrs),
+            username_headers=rh.username_headers,
+            group_headers=rh.group_headers,
+            extra_header_prefixes=rh.extra_header_prefixes,
+        ),
+        anonymous=auth.anonymous,
+    )
+
+
+def build_parser(settings: GatewaySettings) -> RequestInfoParser:
+    return RequestInfoParser(
+        tuple(
+            RouteTemplate(t.path, t.resource, t.api_group, t.api_version, t.long_running)
+            for t in settings.route_templates
+        )
+    )
+
+
+class Gateway:
+    """The ASGI app ``apf-gateway serve`` runs; ``apply`` swaps in a reloaded configuration."""
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        *,
+        transport: Transport | None = None,
+        on_startup: list[Callable[[], None]] | None = None,
+    ) -> None:
+        settings = loaded.settings
+        if not settings.upstreams:
+            raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
+        self.settings = settings
+        self.lifecycle = Lifecycle()
+        self.metrics = FrontDoorMetrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self.describer = RequestDescriber(build_authenticator(settings), build_parser(settings))
+        p = settings.proxy
+        self.transport = transport or create_transport(
+            p.transport,
+            timeouts=Timeouts(
+                connect=p.connect_timeout or None,
+                read=p.read_timeout or None,
+                pool=p.pool_timeout or None,
+            ),
+            limits=PoolLimits(
+                max_connections=settings.server_concurrency_limit,
+                keepalive_expiry=p.keepalive_expiry,
+            ),
+        )
+        rh = settings.authentication.request_header
+        self.proxy = ProxyApp(
+            routes=[
+                UpstreamRoute(u.prefix, u.url.rstrip("/"), u.strip_prefix)
+                for u in settings.upstreams
+            ],
+            transport=self.transport,
+            headers=HeaderPolicy(
+                identity_headers=(*rh.username_headers, *rh.group_headers),
+                identity_prefixes=rh.extra_header_prefixes,
+                forward_identity=p.forward_identity,
+            ),
+            observe=self.metrics.observe_upstream,
+        )
+        self.endpoints = LocalEndpoints(
+            self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups
+        )
+        self.admission: ASGIApp = self._build_admission(loaded)
+        self.app: ASGIApp = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
+        self.on_startup = on_startup or []
+        self.background: list[asyncio.Task[Any]] = []
+
+    def _build_admission(self, loaded: LoadedConfig) -> ASGIApp:
+        s = loaded.settings
+        if not s.enable_priority_and_fairness:
+            limiter = MaxInFlightMiddleware(
+                self.endpoints,
+                describer=self.describer,
+                max_requests_inflight=s.max_requests_inflight,
+                max_mutating_requests_inflight=s.max_mutating_requests_inflight,
+                now=time.monotonic,
+                status_body=s.too_many_requests_body == "status",
+                on_reject=self.metrics.observe_maxinflight_reject,
+            )
+            self.metrics.maxinflight = limiter
+            return limiter
+        return self._build_flow_control(loaded)
+
+    def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
+        raise NotImplementedError("APF admission is wired once the core lands")
+
+    def apply(self, loaded: LoadedConfig) -> None:
+        """Apply a reloaded configuration; settings that need a restart are logged and kept."""
+        new = loaded.settings
+        old = self.settings
+        for field in ("listen", "upstreams", "proxy", "enable_priority_and_fairness"):
+            if getattr(new, field) != getattr(old, field):
+                log.warning("%s changed; it takes effect after a restart", field)
+        authenticator = build_authenticator(new)
+        parser = build_parser(new)
+        apply_flow = getattr(self.admission, "apply_config", None)
+        if apply_flow is not None:
+            apply_flow(loaded)
+        self.describer.authenticator = authenticator
+        self.describer.parser = parser
+        self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
+        if isinstance(self.admission, MaxInFlightMiddleware):
+            self.admission.limits = {
+                "readOnly": new.max_requests_inflight,
+                "mutating": new.max_mutating_requests_inflight,
+            }
+            self.admission.status_body = new.too_many_requests_body == "status"
+        self.settings = new
+
+    def begin_drain(self) -> None:
+        """SIGTERM: readiness turns false and queued requests are refused (429)."""
+        self.lifecycle.phase = Phase.DRAINING
+        drain = getattr(self.admission, "drain", None)
+        if drain is not None:
+            drain()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for hook in self.on_startup:
+                        hook()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                self.lifecycle.phase = Phase.READY
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.lifecycle.phase = Phase.STOPPED
+                for task in self.background:
+                    task.cancel()
+                await self.transport.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
