@@ -26,6 +26,7 @@ from gateway.flowcontrol.defaulting import (
     default_flow_schema,
     default_priority_level,
 )
+from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, not_supported
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
 from gateway.flowcontrol.serialize import (
     flow_schema_from_dict,
@@ -33,12 +34,7 @@ from gateway.flowcontrol.serialize import (
     pl_spec_from_dict,
     priority_level_from_dict,
 )
-from gateway.flowcontrol.validation import (
-    FieldError,
-    not_supported,
-    validate_flow_schema,
-    validate_priority_level,
-)
+from gateway.flowcontrol.validation import validate_flow_schema, validate_priority_level
 
 GROUP = "flowcontrol.apiserver.k8s.io"
 FS_KIND = "FlowSchema"
@@ -179,7 +175,7 @@ class _Where:
         )
 
     def field_error(self, err: FieldError) -> ConfigError:
-        if err.type == "unknown field":
+        if err.type == UNKNOWN_FIELD:
             return self.error("", err.body())
         return self.error(err.field, err.body())
 
