@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.flowcontrol.borrowing import update_borrowing
 from gateway.flowcontrol.classify import flow_schema_matches, matching_order
 from gateway.flowcontrol.clock import EventClock
 from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
@@ -90,6 +91,8 @@ class FlowController:
         self.server_cl = server_concurrency_limit
         self.estimated_service = estimated_service
         self.levels: dict[str, PriorityLevel] = {}
+        self.nominal_cl_sum = 0
+        self.seat_fair_frac = 0.0
         self.flow_schemas: list[FlowSchema] = []
         self.dangling: list[tuple[str, str]] = []
         self.kinds = RequestKindTracker(clock)
@@ -153,6 +156,8 @@ class FlowController:
         total = sum(shares(level.config) for level in self.levels.values())
         for level in self.levels.values():
             level.set_limits(self.server_cl, total)
+        self.nominal_cl_sum = sum(level.nominal_cl for level in self.levels.values())
+        self.update_borrowing()
         self.kinds.set_denominators(
             waiting=sum(
                 max(1, lv.qs.queue_length_limit) * max(1, lv.qs.desired_num_queues)
@@ -163,6 +168,10 @@ class FlowController:
         )
         for hook in self.on_digest:
             hook()
+
+    def update_borrowing(self) -> None:
+        """One borrowing pass (after every re-digest and every adjustment period)."""
+        self.seat_fair_frac = update_borrowing(list(self.levels.values()), self.nominal_cl_sum)
 
     def set_server_concurrency_limit(self, limit: int) -> None:
         if limit <= 0:
