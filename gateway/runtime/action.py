@@ -11,10 +11,12 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.runtime.context import set_activation_env
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 MODULE_NAME = "main__"
 

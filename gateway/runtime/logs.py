@@ -1,5 +1,8 @@
 """Router side: split an action runtime's stdout/stderr into per-activation log lists.
 
+Whoever starts a runtime must keep reading both pipes (this class does): the runtime writes at
+least a sentinel line per request, and a full pipe blocks it.
+
 The runtime ends the output of every init and every run with ``SENTINEL`` on both streams
 (as OpenWhisk runtimes do). ``ActivationLogs`` reads the two pipes of the runtime process and
 hands out one list per init/run, in order, with lines formatted as OpenWhisk stores them::
