@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +19,7 @@ from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cid
 from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
+from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
@@ -29,6 +30,9 @@ from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
 from gateway.settings.model import GatewaySettings
 from gateway.settings.sources import LoadedConfig
+
+if TYPE_CHECKING:
+    from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
 
@@ -69,9 +73,16 @@ class Gateway:
         loaded: LoadedConfig,
         *,
         transport: Transport | None = None,
+        estimator: Estimator | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
         on_startup: list[Callable[[], None]] | None = None,
     ) -> None:
         settings = loaded.settings
+        self.controller: FlowController | None = None
+        self.flow_control: FlowControlMiddleware | None = None
+        self.estimator: Estimator = estimator or unit_estimator
+        # The loop the app will run on; APF's clock needs it before the first request.
+        self.loop = loop
         if not settings.upstreams:
             raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
         self.settings = settings
@@ -132,7 +143,49 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
-        raise NotImplementedError("APF admission is wired once the core lands")
+        from gateway.flowcontrol import debug
+        from gateway.flowcontrol.clock import AsyncioEventClock
+        from gateway.flowcontrol.controller import FlowController
+        from gateway.metrics.apf import APFMetrics
+
+        s = loaded.settings
+        self.clock = AsyncioEventClock(self.loop)
+        controller = FlowController(
+            clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
+            config=loaded.flow,
+        )  # fmt: skip
+        self.controller = controller
+        self.registry.register(APFMetrics(controller))
+        wall_offset = time.time() - time.monotonic()
+        self.endpoints.dumps = {
+            "dump_priority_levels": lambda _details: debug.dump_priority_levels(controller),
+            "dump_queues": lambda _details: debug.dump_queues(controller),
+            "dump_requests": lambda details: debug.dump_requests(
+                controller, include_details=details, to_wall=lambda t: t + wall_offset
+            ),
+        }
+        middleware = FlowControlMiddleware(
+            self.endpoints,
+            controller=controller,
+            describer=self.describer,
+            estimator=self.estimator,
+            request_timeout=s.request_timeout,
+            status_body=s.too_many_requests_body == "status",
+        )
+        self.flow_control = middleware
+        return middleware
+
+    def _apply_flow(self, loaded: LoadedConfig) -> None:
+        if self.controller is None or self.flow_control is None:
+            return
+        from gateway.flowcontrol import bootstrap
+
+        s = loaded.settings
+        self.controller.apply(loaded.flow if loaded.flow is not None else bootstrap.defaults())
+        if s.server_concurrency_limit != self.controller.server_cl:
+            self.controller.set_server_concurrency_limit(s.server_concurrency_limit)
+        self.flow_control.request_timeout = s.request_timeout or 60.0
+        self.flow_control.status_body = s.too_many_requests_body == "status"
 
     def apply(self, loaded: LoadedConfig) -> None:
         """Apply a reloaded configuration; settings that need a restart are logged and kept."""
@@ -143,9 +196,7 @@ class Gateway:
                 log.warning("%s changed; it takes effect after a restart", field)
         authenticator = build_authenticator(new)
         parser = build_parser(new)
-        apply_flow = getattr(self.admission, "apply_config", None)
-        if apply_flow is not None:
-            apply_flow(loaded)
+        self._apply_flow(loaded)
         self.describer.authenticator = authenticator
         self.describer.parser = parser
         self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
@@ -160,9 +211,8 @@ class Gateway:
     def begin_drain(self) -> None:
         """SIGTERM: readiness turns false and queued requests are refused (429)."""
         self.lifecycle.phase = Phase.DRAINING
-        drain = getattr(self.admission, "drain", None)
-        if drain is not None:
-            drain()
+        if self.flow_control is not None:
+            self.flow_control.drain()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

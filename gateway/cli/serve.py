@@ -4,6 +4,7 @@ override the file and survive reloads (they are merged into every reloaded docum
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import sys
@@ -237,6 +238,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    import uvloop
 
     from gateway.server import Gateway
     from gateway.settings.reload import Reloader
@@ -246,9 +248,11 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     overrides = overrides_from_args(args)
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
         loaded = load_config(args.config, overrides)
-        gateway = Gateway(loaded)
+        gateway = Gateway(loaded, loop=loop)
     except (ConfigLoadError, ValueError, OSError) as exc:
         print(f"apf-gateway serve: {exc}", file=sys.stderr)
         return 2
@@ -283,5 +287,8 @@ def run(args: argparse.Namespace) -> int:
             super().handle_exit(sig, frame)
 
     server = DrainingServer(config)
-    server.run()
+    try:
+        loop.run_until_complete(server.serve())
+    finally:
+        loop.close()
     return 0 if server.started else 1

@@ -1,0 +1,241 @@
+"""``FlowControlMiddleware``: API Priority and Fairness in front of any ASGI app.
+
+A thin shell around the core (``gateway.flowcontrol``), as kube-apiserver's
+``priority-and-fairness.go`` is: describe, classify, estimate, admit (run now, queue, or 429),
+set the ``X-Kubernetes-PF-*`` headers, release the seats when the response is done - or, for a
+watch, when its first body chunk is out; for a websocket, when the handshake is answered.
+Non-watch long-running requests (exec, proxy, logs, ...) bypass flow control, as in Kubernetes.
+
+A request that may have to wait also listens for its client: if the client leaves while queued,
+the request leaves its queue (reason ``cancelled``). Requests that can run at once skip that
+listener, so the common path costs no extra task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from gateway.asgi.authn import Unauthorized
+from gateway.asgi.describe import (
+    DIGEST_KEY,
+    LONG_RUNNING_KEY,
+    RequestDescriber,
+    send_unauthorized,
+)
+from gateway.asgi.reject import send_too_many_requests
+from gateway.flowcontrol.admission import Admission, Rejected, admit
+from gateway.flowcontrol.controller import Classification, FlowController
+from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
+from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.settings.load import parse_duration
+
+Estimator = Callable[[RequestDigest, Classification], WorkEstimate]
+FS_HEADER = b"x-kubernetes-pf-flowschema-uid"
+PL_HEADER = b"x-kubernetes-pf-prioritylevel-uid"
+MAX_WAIT = 60.0
+
+
+def unit_estimator(digest: RequestDigest, classification: Classification) -> WorkEstimate:
+    return UNIT_WORK
+
+
+class FlowControlMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        controller: FlowController,
+        describer: RequestDescriber,
+        estimator: Estimator = unit_estimator,
+        request_timeout: float = 60.0,
+        status_body: bool = False,
+    ) -> None:
+        if request_timeout <= 0:
+            raise ValueError("request_timeout must be positive")
+        self.app = app
+        self.controller = controller
+        self.describer = describer
+        self.estimator = estimator
+        self.request_timeout = request_timeout
+        self.status_body = status_body
+        self.draining = False
+        self._uid_headers: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+
+    def wait_limit(self, digest: RequestDigest) -> float:
+        """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
+        deadline = self.request_timeout
+        if digest.info.verb != "watch":
+            given = digest.info.query_value("timeout")
+            if given:
+                parsed = parse_duration(given)
+                if parsed is not None and parsed > 0:
+                    deadline = parsed
+        return min(deadline / 4, MAX_WAIT)
+
+    def drain(self) -> None:
+        """Shutdown: refuse everything queued (429) and let nothing new wait."""
+        self.draining = True
+        for level in list(self.controller.levels.values()):
+            qs = level.qs
+            for queue in list(qs.queues):
+                for req in qs.waiting_requests(queue):
+                    qs.cancel(req, "time-out")
+
+    def _headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
+        key = (c.fs_uid, c.pl_uid)
+        found = self._uid_headers.get(key)
+        if found is None:
+            found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
+            if len(self._uid_headers) > 4096:
+                self._uid_headers.clear()
+            self._uid_headers[key] = found
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            digest, long_running = self.describer.describe(scope)
+        except Unauthorized as exc:
+            if kind == "http":
+                await send_unauthorized(send, str(exc))
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        scope[DIGEST_KEY] = digest
+        if long_running:
+            scope[LONG_RUNNING_KEY] = True
+            if digest.long_running:
+                await self.app(scope, receive, send)
+                return
+        controller = self.controller
+        classification = controller.classify(digest)
+        work = self.estimator(digest, classification)
+        pf_headers = self._headers(classification)
+        limit = 0.0 if self.draining else self.wait_limit(digest)
+        info = digest.info
+        watch = info.verb == "watch"
+        cm = admit(
+            controller, classification, work, wait_deadline=controller.clock.now() + limit,
+            read_only=info.is_read_only, watch=watch, descr=digest,
+        )  # fmt: skip
+        qs = classification.level.qs
+        may_wait = qs.desired_num_queues >= 1 and (
+            qs.tot_requests_waiting > 0 or not qs.can_accommodate(work.max_seats)
+        )
+        if may_wait and kind == "http":
+            await self._queued(cm, classification, scope, receive, send, pf_headers, watch)
+            return
+        try:
+            admission = await cm.__aenter__()
+        except Rejected as rejected:
+            await self._reject(kind, send, rejected, pf_headers)
+            return
+        await self._run(cm, admission, scope, receive, send, pf_headers, watch)
+
+    async def _run(
+        self,
+        cm: contextlib.AbstractAsyncContextManager[Admission],
+        admission: Admission,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        pf_headers: list[tuple[bytes, bytes]],
+        watch: bool,
+    ) -> None:
+        websocket = scope["type"] == "websocket"
+
+        async def send_with_headers(message: Message) -> None:
+            t = message["type"]
+            if t == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *pf_headers]
+            elif (watch and t == "http.response.body") or (
+                websocket and t in ("websocket.accept", "websocket.close")
+            ):
+                await send(message)
+                admission.release()  # initial phase over: the seats go back
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except BaseException as exc:
+            if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await cm.__aexit__(None, None, None)
+
+    async def _queued(
+        self,
+        cm: contextlib.AbstractAsyncContextManager[Admission],
+        classification: Classification,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        pf_headers: list[tuple[bytes, bytes]],
+        watch: bool,
+    ) -> None:
+        """Wait for a seat while watching the client; a client that leaves leaves the queue."""
+        buffered: list[Message] = []
+
+        async def listen() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                buffered.append(message)
+
+        entering = asyncio.ensure_future(cm.__aenter__())
+        listener = asyncio.ensure_future(listen())
+        try:
+            await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            await _abandon(cm, entering, listener)
+            raise
+        listener.cancel()
+        if not entering.done():  # the client went away while queued
+            await _abandon(cm, entering, listener)
+            return
+        try:
+            admission = entering.result()
+        except Rejected as rejected:
+            await self._reject("http", send, rejected, pf_headers)
+            return
+
+        async def replay() -> Message:
+            if buffered:
+                return buffered.pop(0)
+            return await receive()
+
+        await self._run(cm, admission, scope, replay, send, pf_headers, watch)
+
+    async def _reject(
+        self, kind: str, send: Send, rejected: Rejected, pf_headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": 1013})  # try again later
+            return
+        await send_too_many_requests(
+            send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
+            priority_level=rejected.classification.priority_level, reason=rejected.reason,
+        )  # fmt: skip
+
+
+async def _abandon(
+    cm: contextlib.AbstractAsyncContextManager[Admission],
+    entering: asyncio.Future[Admission],
+    listener: asyncio.Future[None],
+) -> None:
+    """Stop waiting; if a seat was granted in the meantime, give it back."""
+    listener.cancel()
+    if not entering.done():
+        entering.cancel()
+        with contextlib.suppress(BaseException):
+            await entering
+        return
+    if not entering.cancelled() and entering.exception() is None:
+        await cm.__aexit__(None, None, None)
