@@ -1,0 +1,77 @@
+"""``apf-gateway router``: run one ContainerRouter (the OpenWhisk action API)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("router", help="a ContainerRouter (OpenWhisk action API)")
+    parser.add_argument("--listen", default="127.0.0.1:7080", help="HOST:PORT (port 0: any)")
+    parser.add_argument("--manager", default="http://127.0.0.1:7071", help="manager URL")
+    parser.add_argument(
+        "--store", default="sqlite:///.apf-gateway/platform.db", help="store URL (sqlite/postgres)"
+    )
+    parser.add_argument("--id", default=None, help="router id (default: host-pid)")
+    parser.add_argument(
+        "--trusted-network",
+        action="append",
+        default=None,
+        metavar="CIDR",
+        help="front door / peer addresses whose X-Remote-* headers are believed "
+        "(default 127.0.0.1/32 and ::1/128)",
+    )
+    parser.add_argument(
+        "--openwhisk-keys-file",
+        default=None,
+        help="TEMPORARY: check HTTP Basic OpenWhisk keys here (lines uuid:key,subject,namespace)",
+    )
+    parser.add_argument("--buffer-seconds", type=float, default=10.0, help="wait for a slot")
+    parser.add_argument("--pause-grace", type=float, default=10.0, help="idle before pause")
+    parser.add_argument("--idle-timeout", type=float, default=600.0, help="idle before give back")
+    parser.add_argument("--action-cache-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--max-blocking-wait", type=float, default=60.0, help="blocking invoke wait, then 202"
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gateway.platform.serving import bind, parse_listen, serve_until_signal, url_of
+    from gateway.router.api import build_app
+    from gateway.router.app import Router, RouterSettings
+    from gateway.router.identity import DEFAULT_TRUSTED
+
+    try:
+        host, port = parse_listen(args.listen)
+        sock = bind(host, port)
+        router = Router(
+            RouterSettings(
+                router_id=args.id or f"{socket.gethostname()}-{os.getpid()}",
+                manager_url=args.manager,
+                store_url=args.store,
+                trusted=tuple(args.trusted_network or DEFAULT_TRUSTED),
+                keys_file=args.openwhisk_keys_file,
+                buffer_seconds=args.buffer_seconds,
+                pause_grace=args.pause_grace,
+                idle_timeout=args.idle_timeout,
+                action_cache_seconds=args.action_cache_seconds,
+                max_blocking_wait=args.max_blocking_wait,
+            )
+        )
+    except (ValueError, OSError) as exc:
+        print(f"apf-gateway router: {exc}", file=sys.stderr)
+        return 2
+    import asyncio
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    asyncio.run(serve_until_signal(build_app(router, url_of(sock)), sock))
+    return 0

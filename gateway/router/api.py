@@ -1,0 +1,288 @@
+"""The OpenWhisk-compatible action API (``/api/v1/namespaces/{ns}/...``) and the platform
+endpoint the manager calls (``/_platform/v1/containers/{id}/giveback``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from gateway.platform.actions import validate_put
+from gateway.platform.errors import ALREADY_EXISTS, NOT_FOUND, ApiError, error_body
+from gateway.platform.ids import is_activation_id, new_activation_id
+from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
+from gateway.router.invoker import ProxyTo, Throttled
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_LIST = 200
+
+
+def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(data).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+        return web.Response(
+            status=exc.status,
+            body=error_body(exc.message),
+            content_type="application/json",
+            headers=headers,
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = NOT_FOUND if exc.status == 404 else exc.reason
+        return web.Response(
+            status=exc.status, body=error_body(message), content_type="application/json"
+        )
+
+
+def _context(request: web.Request) -> tuple[Router, Any, str]:
+    router = request.app[ROUTER]
+    identity = router.identify(request)
+    return router, identity, identity.resolve(request.match_info["namespace"])
+
+
+def _page(request: web.Request) -> tuple[int, int]:
+    try:
+        limit = int(request.query.get("limit", "30"))
+        skip = int(request.query.get("skip", "0"))
+    except ValueError:
+        raise ApiError(400, "limit and skip must be integers.") from None
+    if limit < 0 or skip < 0:
+        raise ApiError(400, "limit and skip must be >= 0.")
+    if limit > MAX_LIST:
+        raise ApiError(400, f"The value '{limit}' exceeds the allowed limit of {MAX_LIST}.")
+    return limit or MAX_LIST, skip
+
+
+async def _body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "The request content was malformed: not JSON.") from None
+
+
+# ---- actions -----------------------------------------------------------------------------
+async def put_action(request: web.Request) -> web.Response:
+    from gateway.store import Conflict
+
+    router, _, ns = _context(request)
+    name = request.match_info["name"]
+    doc = validate_put(ns, name, await _body(request))
+    overwrite = request.query.get("overwrite", "false").lower() == "true"
+    try:
+        stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
+    except Conflict:
+        raise ApiError(409, ALREADY_EXISTS) from None
+    router.forget(ns, name)
+    return _json(stored)
+
+
+async def get_action(request: web.Request) -> web.Response:
+    router, _, ns = _context(request)
+    doc = await router.store.get_action(ns, request.match_info["name"])
+    if doc is None:
+        raise ApiError(404, NOT_FOUND)
+    return _json(doc)
+
+
+async def delete_action(request: web.Request) -> web.Response:
+    router, _, ns = _context(request)
+    name = request.match_info["name"]
+    doc = await router.store.delete_action(ns, name)
+    router.forget(ns, name)
+    if doc is None:
+        raise ApiError(404, NOT_FOUND)
+    return _json(doc)
+
+
+async def list_actions(request: web.Request) -> web.Response:
+    router, _, ns = _context(request)
+    limit, skip = _page(request)
+    docs = await router.store.list_actions(ns, limit=limit, skip=skip)
+    for doc in docs:  # listings omit the code, as OpenWhisk's do
+        exec_ = doc.get("exec") or {}
+        doc["exec"] = {"kind": exec_.get("kind"), "binary": exec_.get("binary", False)}
+    return _json(docs)
+
+
+async def invoke(request: web.Request) -> web.Response:
+    router, identity, ns = _context(request)
+    action = await router.action(ns, request.match_info["name"])
+    raw = await request.read()
+    try:
+        params = json.loads(raw) if raw else {}
+    except ValueError:
+        raise ApiError(400, "The request content was malformed: not JSON.") from None
+    if not isinstance(params, dict):
+        raise ApiError(400, "The request content was malformed: expected a JSON object.")
+    blocking = request.query.get("blocking", "false").lower() == "true"
+    result_only = request.query.get("result", "false").lower() == "true"
+    wait = router.settings.max_blocking_wait
+    if "timeout" in request.query:
+        try:
+            wait = min(wait, max(0.0, int(request.query["timeout"]) / 1000))
+        except ValueError:
+            raise ApiError(400, "timeout must be an integer (milliseconds).") from None
+    proxied = router.is_proxied(request)
+    given = request.headers.get(ACTIVATION_HEADER, "")
+    activation_id = given if proxied and is_activation_id(given) else new_activation_id()
+    header = {"x-openwhisk-activation-id": activation_id}
+    task = router.invoker.spawn(
+        router.execute(
+            action,
+            params,
+            identity,
+            activation_id,
+            time.monotonic(),
+            proxied=proxied,
+            blocking=blocking,
+        )
+    )
+    if not blocking:
+        task.add_done_callback(
+            lambda t: _forward_later(router, t, request, raw, identity, activation_id)
+        )
+        return _json({"activationId": activation_id}, 202, **header)
+    done, _ = await asyncio.wait({task}, timeout=wait)
+    if not done:
+        return _json({"activationId": activation_id}, 202, **header)
+    try:
+        record = task.result()
+    except ProxyTo as exc:
+        return await router.forward(exc.urls, request, raw, identity, activation_id)
+    except Throttled as exc:
+        raise ApiError(429, str(exc), retry_after=exc.retry_after) from None
+    status = 200 if record["response"]["success"] else 502
+    body = record["response"]["result"] if result_only else record
+    return _json(body, status, **header)
+
+
+def _forward_later(
+    router: Router,
+    task: asyncio.Task[Any],
+    request: web.Request,
+    raw: bytes,
+    identity: Any,
+    activation_id: str,
+) -> None:
+    """A non-blocking invoke that the manager sent to a peer router: forward it there."""
+    if task.cancelled() or not isinstance(task.exception(), ProxyTo):
+        return
+    exc = task.exception()
+    assert isinstance(exc, ProxyTo)
+    router.invoker.spawn(router.forward(exc.urls, request, raw, identity, activation_id))
+
+
+# ---- activations -------------------------------------------------------------------------
+async def _activation(request: web.Request) -> dict[str, Any]:
+    router, _, ns = _context(request)
+    aid = request.match_info["id"]
+    if not is_activation_id(aid):
+        raise ApiError(400, "The activation id is not valid.")
+    record = await router.store.get_activation(ns, aid)
+    if record is None:
+        record = await router.writer.get_pending(ns, aid)
+    if record is None:
+        raise ApiError(404, NOT_FOUND)
+    return record
+
+
+async def get_activation(request: web.Request) -> web.Response:
+    return _json(await _activation(request))
+
+
+async def get_result(request: web.Request) -> web.Response:
+    return _json((await _activation(request))["response"])
+
+
+async def get_logs(request: web.Request) -> web.Response:
+    return _json({"logs": (await _activation(request)).get("logs", [])})
+
+
+async def list_activations(request: web.Request) -> web.Response:
+    router, _, ns = _context(request)
+    limit, skip = _page(request)
+    bounds: dict[str, int | None] = {}
+    for key in ("since", "upto"):
+        value = request.query.get(key)
+        if value is not None and not value.isdigit():
+            raise ApiError(400, f"{key} must be epoch milliseconds.")
+        bounds[key] = int(value) if value else None
+    records = await router.store.list_activations(
+        ns, limit=limit, skip=skip, name=request.query.get("name"), **bounds
+    )
+    return _json(records)
+
+
+# ---- platform ----------------------------------------------------------------------------
+async def give_back(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
+    if not router.is_trusted_peer(request):
+        raise ApiError(403, "Only the manager may ask for containers back.")
+    data = await _body(request)
+    wait = data.get("wait_seconds")
+    result = await router.invoker.release_on_request(
+        request.match_info["id"],
+        only_if_idle=bool(data.get("only_if_idle", False)),
+        wait_seconds=float(wait) if wait is not None else None,
+    )
+    return _json({"result": result}, 409 if result == "busy" else 200)
+
+
+async def state(request: web.Request) -> web.Response:
+    """Which containers this router holds (tests, debugging)."""
+    router = request.app[ROUTER]
+    pool = router.invoker.pool
+    return _json(
+        {
+            "router": router.settings.router_id,
+            "containers": [
+                {"id": c.id, "key": c.key, "in_flight": c.in_flight, "paused": c.paused}
+                for c in pool.by_id.values()
+            ],
+        }
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def build_app(router: Router, url: str) -> web.Application:
+    app = web.Application(middlewares=[errors], client_max_size=64 * 1024 * 1024)
+    app[ROUTER] = router
+    app[URL] = url
+    base = "/api/v1/namespaces/{namespace}"
+    app.router.add_put(base + "/actions/{name}", put_action)
+    app.router.add_get(base + "/actions/{name}", get_action)
+    app.router.add_delete(base + "/actions/{name}", delete_action)
+    app.router.add_post(base + "/actions/{name}", invoke)
+    app.router.add_get(base + "/actions", list_actions)
+    app.router.add_get(base + "/activations", list_activations)
+    app.router.add_get(base + "/activations/{id}", get_activation)
+    app.router.add_get(base + "/activations/{id}/result", get_result)
+    app.router.add_get(base + "/activations/{id}/logs", get_logs)
+    app.router.add_post("/_platform/v1/containers/{id}/giveback", give_back)
+    app.router.add_get("/_platform/v1/state", state)
+    app.router.add_get("/healthz", healthz)
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,195 @@
+"""Wiring of one router process: store, activation writer, invoker, identity, action cache."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.platform.actions import ActionInfo
+from gateway.platform.errors import NOT_FOUND, ApiError
+from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
+from gateway.router.identity import DEFAULT_TRUSTED, Identity, KeyFile, is_trusted, parse_networks
+from gateway.router.invoker import Invoker, InvokerSettings, Throttled
+from gateway.router.manager_client import ManagerClient
+from gateway.router.pool import PoolSettings
+
+PROXIED_HEADER = "X-Apf-Proxied-By"
+ACTIVATION_HEADER = "X-Apf-Activation-Id"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    router_id: str
+    manager_url: str
+    store_url: str
+    trusted: tuple[str, ...] = DEFAULT_TRUSTED
+    keys_file: str | None = None  # TEMPORARY Basic-auth check until the front door serves
+    buffer_seconds: float = 10.0
+    pause_grace: float = 10.0
+    idle_timeout: float = 600.0
+    action_cache_seconds: float = 1.0
+    max_blocking_wait: float = 60.0
+    pool: PoolSettings = field(default_factory=PoolSettings)
+
+
+class Router:
+    def __init__(self, settings: RouterSettings) -> None:
+        self.settings = settings
+        self.trusted = parse_networks(list(settings.trusted))
+        self.keys = KeyFile.load(settings.keys_file) if settings.keys_file else None
+        self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
+        self.url = ""
+
+    async def start(self, url: str) -> None:
+        from gateway.store import ActivationWriter, open_store
+
+        self.url = url
+        self.store = open_store(self.settings.store_url)
+        await self.store.open()
+        self.writer = ActivationWriter(self.store)
+        await self.writer.start()
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("User-Agent",),
+        )
+        self.manager_http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        settings = InvokerSettings(
+            router_id=self.settings.router_id,
+            buffer_seconds=self.settings.buffer_seconds,
+            pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
+        )
+        manager = ManagerClient(self.settings.manager_url, self.manager_http)
+        self.invoker = Invoker(settings, AsyncioEventClock(), manager, self.http)
+        self.invoker.url = url
+        self._lease = asyncio.ensure_future(self.invoker.lease_loop())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self.invoker.registered.wait()
+
+    async def stop(self) -> None:
+        self._lease.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._lease
+        await self.invoker.close()
+        await self.writer.close()
+        await self.store.close()
+        await self.http.close()
+        await self.manager_http.close()
+
+    # ---- requests ------------------------------------------------------------------------
+    def identify(self, request: web.Request) -> Identity:
+        if is_trusted(request.remote, self.trusted):
+            user = request.headers.get("X-Remote-User")
+            namespace = request.headers.get("X-Remote-Extra-Namespace")
+            if user and namespace:
+                return Identity(user, namespace)
+        if self.keys is not None:
+            return self.keys.check(request.headers.get("Authorization"))
+        raise ApiError(401, "The supplied authentication is invalid.")
+
+    def is_trusted_peer(self, request: web.Request) -> bool:
+        return is_trusted(request.remote, self.trusted)
+
+    def is_proxied(self, request: web.Request) -> bool:
+        return PROXIED_HEADER in request.headers and is_trusted(request.remote, self.trusted)
+
+    async def action(self, namespace: str, name: str) -> ActionInfo:
+        key = (namespace, name)
+        cached = self._cache.get(key)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        doc = await self.store.get_action(namespace, name)
+        if doc is None:
+            self._cache.pop(key, None)
+            raise ApiError(404, NOT_FOUND)
+        info = ActionInfo.from_doc(doc)
+        self._cache[key] = (info, now + self.settings.action_cache_seconds)
+        return info
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._cache.pop((namespace, name), None)
+
+    async def execute(
+        self,
+        action: ActionInfo,
+        params: dict[str, Any],
+        identity: Identity,
+        activation_id: str,
+        t0: float,
+        *,
+        proxied: bool,
+        blocking: bool,
+    ) -> dict[str, Any]:
+        """Admit, run, record. Blocking callers get ``ProxyTo``/``Throttled`` raised."""
+        try:
+            slot = await self.invoker.admit(action, proxied=proxied)
+        except Throttled:
+            if blocking:
+                raise
+            outcome: Outcome = error_outcome(Status.DEVELOPER_ERROR, THROTTLED)
+            outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
+        else:
+            outcome = await self.invoker.run(slot, action, params, activation_id, t0)
+        record = compose(activation_id, action, identity.subject, outcome)
+        self.writer.submit(record)
+        return record
+
+    async def forward(
+        self,
+        urls: list[str],
+        request: web.Request,
+        body: bytes,
+        identity: Identity,
+        activation_id: str,
+    ) -> web.Response:
+        """One hop to a peer router that owns the action's containers."""
+        headers = {
+            "X-Remote-User": identity.subject,
+            "X-Remote-Extra-Namespace": identity.namespace,
+            PROXIED_HEADER: self.settings.router_id,
+            ACTIVATION_HEADER: activation_id,
+            "Content-Type": request.headers.get("Content-Type", "application/json"),
+        }
+        last: Exception | None = None
+        for url in urls:
+            try:
+                async with self.http.post(
+                    url + request.path_qs, data=body, headers=headers
+                ) as resp:
+                    data = await resp.read()
+                    keep = {
+                        k: v
+                        for k, v in resp.headers.items()
+                        if k.lower() in ("x-openwhisk-activation-id", "retry-after")
+                    }
+                    keep[PROXIED_HEADER] = self.settings.router_id
+                    return web.Response(
+                        status=resp.status,
+                        body=data,
+                        headers=keep,
+                        content_type="application/json",
+                    )
+            except aiohttp.ClientError as exc:
+                last = exc
+        raise ApiError(503, f"No router owning the action's containers answered: {last}")
+
+
+ROUTER = web.AppKey("router", Router)
+URL = web.AppKey("url", str)
+
+
+async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    router = app[ROUTER]
+    await router.start(app[URL])
+    yield
+    await router.stop()

@@ -1,0 +1,453 @@
+"""Runs activations: a slot in an owned container (or the manager's answer), /init, /run.
+
+The pool (pure) decides which container and when; this shell talks HTTP to containers and
+the manager, enforces the action timeout, replaces dead containers and keeps the pool in
+step with the manager's lease answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gateway.flowcontrol.clock import EventClock
+from gateway.manager.core import ActionSpec
+from gateway.platform.actions import ActionInfo
+from gateway.router.activation import (
+    INIT_EXITED,
+    INIT_TIMEOUT,
+    RUN_EXITED,
+    TIMEOUT,
+    Outcome,
+    Status,
+    error_outcome,
+)
+from gateway.router.logs import ContainerLogs, NoLogs
+from gateway.router.manager_client import ManagerClient, ManagerUnavailable, UnknownToManager
+from gateway.router.pool import PoolSettings, RouterPool, Slot, WarmContainer
+
+log = logging.getLogger("gateway.router")
+ALREADY_INITIALIZED = "Cannot initialize the action more than once."
+
+
+class Throttled(Exception):
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProxyTo(Exception):
+    def __init__(self, urls: list[str]) -> None:
+        super().__init__(urls)
+        self.urls = urls
+
+
+@dataclass(frozen=True, slots=True)
+class InvokerSettings:
+    router_id: str
+    buffer_seconds: float = 10.0  # how long a request waits for a slot before 429
+    proxy_cache_seconds: float = 2.0
+    pool: PoolSettings = field(default_factory=PoolSettings)
+
+
+def spec_of(action: ActionInfo) -> ActionSpec:
+    return ActionSpec(
+        namespace=action.namespace,
+        name=action.name,
+        version=action.version,
+        kind=action.kind,
+        memory_mb=action.memory_mb,
+        concurrency=action.concurrency,
+        timeout_ms=action.timeout_ms,
+        instances=action.instances,
+        eviction=action.eviction,
+    )
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Invoker:
+    def __init__(
+        self,
+        settings: InvokerSettings,
+        clock: EventClock,
+        manager: ManagerClient,
+        http: aiohttp.ClientSession,
+    ) -> None:
+        self.settings = settings
+        self.manager = manager
+        self.http = http
+        self.url = ""  # this router's URL, set before start()
+        self.pool = RouterPool(clock, settings.pool, self)
+        self.logs: dict[str, ContainerLogs | NoLogs] = {}
+        self._pending: dict[str, int] = {}
+        self._futures: dict[str, set[asyncio.Future[Slot]]] = {}
+        self._proxies: dict[str, tuple[list[str], float]] = {}
+        self._rejected: dict[str, Throttled] = {}
+        self._drained: dict[str, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.registered = asyncio.Event()
+
+    # ---- admission -----------------------------------------------------------------------
+    async def admit(self, action: ActionInfo, *, proxied: bool) -> Slot:
+        """A reserved slot, or ``ProxyTo`` / ``Throttled``. The caller must ``finish`` it."""
+        key = action.key
+        slot = self.pool.reserve(key)
+        if slot is not None:
+            return slot
+        cached = self._proxies.get(key)
+        if not proxied and cached and cached[1] > time.monotonic():
+            raise ProxyTo(cached[0])
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Slot] = loop.create_future()
+
+        def grant(slot: Slot) -> None:
+            if future.done():
+                self.pool.release(slot)
+            else:
+                future.set_result(slot)
+
+        def timeout() -> None:
+            if not future.done():
+                rejected = self._rejected.get(key)
+                future.set_exception(
+                    rejected
+                    or Throttled(
+                        f"No container for '{action.path}' became free within "
+                        f"{self.settings.buffer_seconds:g} s."
+                    )
+                )
+
+        waiter = self.pool.wait(key, self.settings.buffer_seconds, grant, timeout)
+        self._futures.setdefault(key, set()).add(future)
+        self._ensure_capacity(action, proxied)
+        try:
+            return await future
+        except BaseException:
+            self.pool.cancel(waiter)
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self.pool.release(future.result())
+            raise
+        finally:
+            self._futures.get(key, set()).discard(future)
+
+    def _ensure_capacity(self, action: ActionInfo, proxied: bool) -> None:
+        key = action.key
+        want = math.ceil(self.pool.shortfall(key) / action.concurrency) - self._pending.get(key, 0)
+        if want > 0:
+            self._pending[key] = self._pending.get(key, 0) + want
+            self.spawn(self._acquire(action, want, proxied))
+
+    async def _acquire(self, action: ActionInfo, count: int, proxied: bool) -> None:
+        key = action.key
+        progressed = False
+        try:
+            await self.registered.wait()
+            known = [c.id for c in self.pool.containers(key)]
+            result = await self.manager.acquire(
+                self.settings.router_id,
+                spec_of(action),
+                count=count,
+                known=known,
+                allow_proxy=not proxied,
+            )
+            if result.rejected is not None:
+                self._reject(key, Throttled(result.rejected, result.retry_after))
+            elif result.proxy:
+                urls = [p["url"] for p in result.proxy]
+                expiry = time.monotonic() + self.settings.proxy_cache_seconds
+                self._proxies[key] = (urls, expiry)
+                self._fail_waiters(key, ProxyTo(urls))
+            else:
+                self._rejected.pop(key, None)
+                for data in result.containers:
+                    self.add_container(data)
+                progressed = bool(result.containers)
+        except UnknownToManager:
+            self.spawn(self.register())
+        except ManagerUnavailable as exc:
+            log.warning("manager unavailable: %s", exc)
+            await asyncio.sleep(0.2)
+            progressed = True  # retry while requests wait
+        finally:
+            self._pending[key] = self._pending.get(key, 0) - count
+        if progressed and self.pool.waiting(key):
+            self._ensure_capacity(action, proxied)
+
+    def _reject(self, key: str, exc: Throttled) -> None:
+        self._rejected[key] = exc
+        if not self.pool.containers(key):  # nothing will free up: answer now
+            self._fail_waiters(key, exc)
+
+    def _fail_waiters(self, key: str, exc: Exception) -> None:
+        for future in list(self._futures.get(key, ())):
+            if not future.done():
+                future.set_exception(exc)
+
+    # ---- running -------------------------------------------------------------------------
+    async def run(
+        self, slot: Slot, action: ActionInfo, params: dict[str, Any], activation_id: str, t0: float
+    ) -> Outcome:
+        c = slot.container
+        try:
+            if slot.needs_resume:
+                self.resume(c)
+            outcome = Outcome(Status.SUCCESS, {}, container=c.id)
+            outcome.start_ms = _ms()
+            outcome.wait_ms = int((time.monotonic() - t0) * 1000)
+            limit = action.timeout_ms / 1000
+            logs: list[str] = []
+            if slot.needs_init:
+                failed = await self._init(slot, action, outcome, limit)
+                logs = self._logs(c, action)
+                if failed is not None:
+                    failed.logs = logs
+                    return failed
+            deadline = outcome.start_ms + action.timeout_ms
+            body = {
+                "value": {**action.parameters, **params},
+                "namespace": action.namespace,
+                "action_name": f"/{action.path}",
+                "action_version": action.version,
+                "activation_id": activation_id,
+                "transaction_id": activation_id,
+                "deadline": str(deadline),
+            }
+            try:
+                async with asyncio.timeout(limit):
+                    status, data = await self._post(c.url + "/run", body)
+            except TimeoutError:
+                self._lost(c, "timeout")
+                return error_outcome(
+                    Status.DEVELOPER_ERROR,
+                    TIMEOUT.format(action.timeout_ms),
+                    timed_out=True,
+                    **self._times(outcome, c, action, logs),
+                )
+            except (aiohttp.ClientError, ValueError):
+                self._lost(c, "failed")
+                return error_outcome(
+                    Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
+                )
+            kw = self._times(outcome, c, action, logs)
+            if not isinstance(data, dict):
+                return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
+            if status == 200 and "error" not in data:
+                return Outcome(Status.SUCCESS, data, **kw)
+            if status == 200 or "error" in data:
+                return Outcome(Status.APPLICATION_ERROR, data, **kw)
+            return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
+        finally:
+            self.pool.release(slot)
+
+    def _times(
+        self, outcome: Outcome, c: WarmContainer, action: ActionInfo, logs: list[str]
+    ) -> dict[str, Any]:
+        return {
+            "start_ms": outcome.start_ms,
+            "end_ms": _ms(),
+            "wait_ms": outcome.wait_ms,
+            "init_ms": outcome.init_ms,
+            "container": c.id,
+            "logs": logs + self._logs(c, action),
+        }
+
+    async def _init(
+        self, slot: Slot, action: ActionInfo, outcome: Outcome, limit: float
+    ) -> Outcome | None:
+        c = slot.container
+        env = {
+            "__OW_NAMESPACE": action.namespace,
+            "__OW_ACTION_NAME": f"/{action.path}",
+            "__OW_ACTION_VERSION": action.version,
+        }
+        if action.concurrency > 1:
+            env["__OW_ALLOW_CONCURRENT"] = "true"
+        body = {
+            "value": {
+                "name": action.name,
+                "main": action.main,
+                "code": action.code,
+                "binary": action.binary,
+                "env": env,
+            }
+        }
+        started = time.monotonic()
+        failure: Outcome | None = None
+        try:
+            async with asyncio.timeout(limit):
+                status, data = await self._post(c.url + "/init", body)
+            ok = status == 200 or (
+                status == 403
+                and isinstance(data, dict)
+                and data.get("error") == ALREADY_INITIALIZED
+            )
+            if not ok:
+                message = data.get("error") if isinstance(data, dict) else None
+                failure = error_outcome(Status.DEVELOPER_ERROR, str(message or INIT_EXITED))
+        except TimeoutError:
+            failure = error_outcome(
+                Status.DEVELOPER_ERROR, INIT_TIMEOUT.format(action.timeout_ms), timed_out=True
+            )
+        except (aiohttp.ClientError, ValueError):
+            failure = error_outcome(Status.DEVELOPER_ERROR, INIT_EXITED)
+        outcome.init_ms = int((time.monotonic() - started) * 1000)
+        self.pool.init_done(slot, failure is None)
+        if failure is not None:
+            self._lost(c, "init-failed")
+            failure.start_ms, failure.end_ms = outcome.start_ms, _ms()
+            failure.wait_ms, failure.init_ms, failure.container = (
+                outcome.wait_ms,
+                outcome.init_ms,
+                c.id,
+            )
+        return failure
+
+    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+        async with self.http.post(
+            url, data=json.dumps(body), headers={"Content-Type": "application/json"}
+        ) as resp:
+            raw = await resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, None
+
+    def _logs(self, c: WarmContainer, action: ActionInfo) -> list[str]:
+        tail = self.logs.get(c.id)
+        return tail.take(action.logs_mb * 1024 * 1024) if tail is not None else []
+
+    def _lost(self, c: WarmContainer, reason: str) -> None:
+        """Stop routing to a broken container at once; the manager removes it."""
+        if self.pool.discard(c.id) is not None:
+            self.give_back(c, reason)
+
+    # ---- containers (PoolEvents) ---------------------------------------------------------
+    def add_container(self, data: dict[str, Any]) -> None:
+        if data["id"] in self.pool.by_id:
+            return
+        spec = ActionSpec.from_json(data["action"])
+        agent = data.get("agent") or {}
+        paths = agent.get("logs")
+        self.logs[data["id"]] = (
+            ContainerLogs(paths["stdout"], paths["stderr"]) if paths else NoLogs()
+        )
+        paused = False
+        if agent.get("pause") == "signal":
+            with contextlib.suppress(OSError):
+                paused = _proc_state(int(agent["pid"])) == "T"
+        container = WarmContainer(
+            data["id"], spec.key, data["url"], spec.concurrency, agent=agent, paused=paused
+        )
+        self.pool.add(container)
+
+    def pause(self, container: WarmContainer) -> None:
+        self._signal(container, signal.SIGSTOP)
+
+    def resume(self, container: WarmContainer) -> None:
+        self._signal(container, signal.SIGCONT)
+
+    @staticmethod
+    def _signal(container: WarmContainer, sig: signal.Signals) -> None:
+        if container.agent.get("pause") == "signal":
+            with contextlib.suppress(OSError):
+                os.killpg(int(container.agent["pid"]), sig)
+
+    def give_back(self, container: WarmContainer, reason: str) -> None:
+        tail = self.logs.pop(container.id, None)
+        if tail is not None:
+            tail.close()
+        self.spawn(self._give_back(container.id, reason))
+
+    async def _give_back(self, cid: str, reason: str) -> None:
+        with contextlib.suppress(ManagerUnavailable):
+            await self.manager.give_back(self.settings.router_id, cid, reason)
+
+    def drained(self, container: WarmContainer) -> None:
+        future = self._drained.pop(container.id, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def release_on_request(
+        self, cid: str, *, only_if_idle: bool, wait_seconds: float | None
+    ) -> str:
+        """The manager asks for a container back (eviction or drain)."""
+        container = self.pool.by_id.get(cid)
+        result = self.pool.give_back(cid, only_if_idle=only_if_idle, wait=True)
+        if result == "waiting" and container is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._drained[cid] = future
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_seconds):
+                    await future
+            result = "done"
+        if result == "done":
+            tail = self.logs.pop(cid, None)
+            if tail is not None:
+                tail.close()
+        return result
+
+    # ---- lease ---------------------------------------------------------------------------
+    async def register(self) -> None:
+        data = await self.manager.register(self.settings.router_id, self.url, list(self.pool.by_id))
+        self._sync(data)
+        self.registered.set()
+
+    def _sync(self, data: dict[str, Any]) -> None:
+        for item in data.get("containers", []):
+            if item.get("url"):
+                self.add_container(item)
+
+    async def lease_loop(self) -> None:
+        while True:
+            try:
+                if not self.registered.is_set():
+                    await self.register()
+                    lease = 10.0
+                else:
+                    data = await self.manager.renew(self.settings.router_id)
+                    self._sync(data)
+                    lease = float(data.get("lease_seconds", 10.0))
+            except UnknownToManager:
+                self.registered.clear()
+                continue
+            except ManagerUnavailable as exc:
+                log.warning("manager unavailable: %s", exc)
+                lease = 1.0
+            await asyncio.sleep(max(0.05, lease / 3))
+
+    async def close(self) -> None:
+        """Wait for background work, give every container back, leave the manager."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        with contextlib.suppress(ManagerUnavailable):
+            await self.manager.deregister(self.settings.router_id)
+        for tail in self.logs.values():
+            tail.close()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
