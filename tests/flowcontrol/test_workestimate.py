@@ -1,0 +1,159 @@
+"""Work estimation: Kubernetes' width_test examples, watch counting, rules, adaptive seats."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo, WorkEstimate
+from gateway.flowcontrol.workestimate import (
+    AdaptiveEstimator,
+    EstimatorConfig,
+    RequestView,
+    RuleMatch,
+    WorkEstimator,
+    WorkRule,
+)
+
+USER = UserInfo("alice", ("system:authenticated",))
+
+
+def digest(
+    verb: str, resource: str = "pods", namespace: str = "", name: str = "", **query: str
+) -> RequestDigest:
+    path = f"/api/v1/namespaces/{namespace}/{resource}" if namespace else f"/api/v1/{resource}"
+    info = RequestInfo(
+        True, path, verb, api_prefix="api", api_version="v1", namespace=namespace,
+        resource=resource, name=name, query=tuple(query.items()),
+    )  # fmt: skip
+    return RequestDigest(USER, info)
+
+
+def estimator(**kwargs: object) -> WorkEstimator:
+    return WorkEstimator(now=lambda: 0.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_list_from_storage_with_limit() -> None:
+    e = estimator()
+    e.observe_list(digest("list"), 699, 699 * 10_000)
+    work = e.estimate(digest("list", resourceVersion="1", limit="399"), 0).work
+    assert work == WorkEstimate(40)
+
+
+def test_list_from_cache_is_capped_by_cache_memory() -> None:
+    e = estimator()
+    e.observe_list(digest("list"), 699, 699 * 10_000)
+    assert e.estimate(digest("list", resourceVersion="1"), 0).work.initial_seats == 10
+
+
+def test_legacy_watch_pays_for_initial_events_and_plain_watch_does_not() -> None:
+    e = estimator()
+    e.observe_list(digest("list"), 799, 799 * 1_000)
+    assert e.estimate(digest("watch"), 0).work.initial_seats == 8
+    assert e.estimate(digest("watch", resourceVersion="1"), 0).work.initial_seats == 1
+    assert (
+        e.estimate(
+            digest("watch", resourceVersion="1", sendInitialEvents="true"), 0
+        ).work.initial_seats
+        == 8
+    )
+
+
+def test_unknown_collection_gets_minimum_seats() -> None:
+    assert estimator().estimate(digest("list", resource="widgets"), 0).work.initial_seats == 1
+
+
+def test_large_collection_costs_more_than_small_and_namespaces_are_separate() -> None:
+    e = estimator()
+    e.observe_list(digest("list", namespace="big"), 5000, 5000 * 2_000)
+    e.observe_list(digest("list", namespace="small"), 20, 20 * 2_000)
+    big = e.estimate(digest("list", namespace="big", resourceVersion="1", limit="5000"), 0)
+    small = e.estimate(digest("list", namespace="small", resourceVersion="1", limit="5000"), 0)
+    assert big.work.initial_seats == 100
+    assert small.work.initial_seats == 1
+
+
+def test_list_seats_capped_by_level() -> None:
+    e = estimator()
+    e.observe_list(digest("list"), 5000, 5000 * 2_000)
+    assert e.estimate(digest("list", resourceVersion="1", limit="5000"), 8).work.initial_seats == 8
+
+
+def test_count_based_formula() -> None:
+    e = estimator(config=EstimatorConfig(size_based=False, maximum_list_seats=10))
+    e.observe_list(digest("list"), 699, 1)
+    assert e.estimate(digest("list", resourceVersion="1", limit="399"), 0).work.initial_seats == 8
+    assert e.estimate(digest("list"), 0).work.initial_seats == 7
+
+
+def test_single_object_list_costs_one_object() -> None:
+    e = estimator()
+    e.observe_list(digest("list"), 699, 699 * 1_000_000)
+    assert (
+        e.estimate(digest("list", name="p1", resourceVersion="1", limit="10"), 0).work.initial_seats
+        == 10
+    )
+
+
+@pytest.mark.parametrize(
+    ("watches", "cap", "final", "latency"),
+    [(29, 10, 3, 0.005), (5, 10, 0, 0.0), (199, 10, 10, 0.010), (1000, 10, 10, 0.050)],
+)
+def test_mutating_requests_pay_for_interested_watches(
+    watches: int, cap: int, final: int, latency: float
+) -> None:
+    e = estimator()
+    for _ in range(watches):
+        assert e.watches.register(digest("watch", namespace="ns").info)
+    est = e.estimate(digest("create", namespace="ns"), cap)
+    assert est.work.initial_seats == 1
+    assert est.work.final_seats == final
+    assert est.work.additional_latency == pytest.approx(latency)
+    assert est.watch_count == watches
+
+
+def test_watch_scopes_and_node_selector_exception() -> None:
+    e = estimator()
+    cluster = digest("watch").info
+    e.watches.register(cluster)
+    e.watches.register(digest("watch", namespace="a").info)
+    e.watches.register(digest("watch", namespace="a", name="p").info)
+    assert not e.watches.register(digest("watch", fieldSelector="spec.nodeName=node1").info)
+    assert e.watches.interested(digest("update", namespace="a", name="p").info) == 3
+    assert e.watches.interested(digest("update", namespace="b", name="p").info) == 1
+    assert e.watches.interested(digest("get", namespace="a", name="p").info) == 0
+    e.watches.forget(cluster)
+    assert e.watches.interested(digest("update", namespace="b", name="p").info) == 0
+
+
+def test_rules_match_method_path_header_query() -> None:
+    rule = WorkRule(
+        "reports",
+        RuleMatch(
+            methods=("POST",), path="/v2/{namespace}/reports/{name}", headers=(("x-full", "1"),)
+        ),
+        WorkEstimate(4, 2, 0.05),
+    )
+    e = estimator(rules=[rule], kubernetes=False)
+    d = RequestDigest(USER, RequestInfo(False, "/v2/ns/reports/r1", "post"))
+    hit = RequestView("POST", "/v2/ns/reports/r1", {"x-full": "1"}, {})
+    assert e.estimate(d, 0, hit).work == WorkEstimate(4, 2, 0.05)
+    miss = RequestView("POST", "/v2/ns/reports/r1", {}, {})
+    assert e.estimate(d, 0, miss).work == WorkEstimate(1)
+    assert RuleMatch(path="/static/*").matches("GET", "/static/a/b.css", {}, {})
+    assert not RuleMatch(path="/static/*").matches("GET", "/staticx", {}, {})
+    assert RuleMatch(query=(("full", "1"),)).matches("GET", "/x", {}, {"full": "1"})
+
+
+def test_adaptive_estimator_learns_route_cost() -> None:
+    adaptive = AdaptiveEstimator(seat_time=0.1, maximum=10, smoothing=0.5)
+    rule = WorkRule("slow", RuleMatch(path="/slow"), WorkEstimate(1), adaptive=True)
+    e = estimator(rules=[rule], adaptive=adaptive, kubernetes=False)
+    d = RequestDigest(USER, RequestInfo(False, "/slow", "get"))
+    view = RequestView("GET", "/slow")
+    first = e.estimate(d, 0, view)
+    assert first.work.initial_seats == 1 and first.route == "slow"
+    for _ in range(10):
+        adaptive.observe("slow", 0.4)
+    assert e.estimate(d, 0, view).work.initial_seats == 4
+    adaptive.observe("slow", 10.0)
+    assert e.estimate(d, 0, view).work.initial_seats == 10
