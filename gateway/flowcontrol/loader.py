@@ -63,6 +63,8 @@ class _StrictLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool | None):
+                continue  # SafeLoader reports unhashable keys itself
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate field {key!r}", key_node.start_mark

@@ -198,6 +198,6 @@ def _scalar(value: Any, kind: str, path: str, errs: list[FieldError]) -> Any:
         errs.append(FieldError(INVALID, path, value, "must be an integer"))
         return 0
     if not lo <= value <= hi:
-        errs.append(FieldError(INVALID, path, value, f"must be a {kind} ({lo}..{hi})"))
+        errs.append(FieldError(INVALID, path, value, f"out of range for {kind} ({lo}..{hi})"))
         return 0
     return value
