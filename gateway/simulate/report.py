@@ -1,0 +1,239 @@
+"""A simulation's results as JSON-ready data and as a human table (same numbers in both)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from gateway.simulate.engine import REJECT_REASONS, ClientRun, LevelRun, SimulationResult
+from gateway.simulate.fairness import fair_shares
+
+DIGITS = 6
+
+
+def _r(value: float) -> float:
+    return round(value, DIGITS)
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile; None when there is nothing to rank."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _flow_key(client: ClientRun) -> Hashable:
+    c = client.classification
+    if c.level.uses_queues:
+        return (c.flow_schema, c.distinguisher)
+    # One queue (FIFO) or Reject: all the level's clients are served first come, first served.
+    return ""
+
+
+def fair_share_by_client(result: SimulationResult) -> dict[str, float]:
+    """Each client's max-min fair share of its level's (time-averaged) limit, in seats."""
+    duration = result.traffic.duration
+    by_level: dict[str, list[ClientRun]] = {}
+    for client in result.clients:
+        by_level.setdefault(client.classification.priority_level, []).append(client)
+    out: dict[str, float] = {}
+    for name, clients in by_level.items():
+        demands = [c.demand_seat_seconds / duration for c in clients]
+        run = result.levels[name]
+        if run.level.exempt:
+            shares = demands
+        else:
+            capacity = run.limit_seconds / duration
+            shares = fair_shares(demands, [_flow_key(c) for c in clients], capacity)
+        for client, share in zip(clients, shares, strict=True):
+            out[client.spec.name] = share
+    return out
+
+
+def client_json(client: ClientRun, duration: float, fair_share: float) -> dict[str, Any]:
+    spec, c = client.spec, client.classification
+    waits = sorted(client.waits)
+    p50, p99 = percentile(waits, 0.5), percentile(waits, 0.99)
+    return {
+        "flowSchema": c.flow_schema,
+        "priorityLevel": c.priority_level,
+        "distinguisher": c.distinguisher,
+        "verb": client.digest.info.verb,
+        "mode": "closed" if spec.closed_loop else "open",
+        "seats": client.work.initial_seats,
+        "finalSeats": client.work.final_seats,
+        "additionalLatency": client.work.additional_latency,
+        "calls": client.calls,
+        "dispatched": client.dispatched,
+        "rejected": {reason: client.rejected.get(reason, 0) for reason in REJECT_REASONS},
+        "waitingAtEnd": client.waiting,
+        "waitP50": None if p50 is None else _r(p50),
+        "waitP99": None if p99 is None else _r(p99),
+        "waitMax": _r(waits[-1]) if waits else None,
+        "avgExecutingSeats": _r(client.seat_seconds / duration),
+        "demandSeats": _r(client.demand_seat_seconds / duration),
+        "fairShare": _r(fair_share),
+    }
+
+
+def level_json(run: LevelRun, clients: list[ClientRun], duration: float) -> dict[str, Any]:
+    level = run.level
+    rejected = dict.fromkeys(REJECT_REASONS, 0)
+    for client in clients:
+        for reason, n in client.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + n
+    return {
+        "type": run.kind,
+        "nominalCL": level.nominal_cl,
+        "lowerCL": level.min_cl,
+        "upperCL": level.max_cl,
+        "currentCL": level.current_cl or 0,
+        "avgCL": _r(run.limit_seconds / duration),
+        "maxSeats": level.max_seats,
+        "clients": [c.spec.name for c in clients],
+        "dispatched": sum(c.dispatched for c in clients),
+        "rejected": rejected,
+        "avgExecutingSeats": _r(sum(c.seat_seconds for c in clients) / duration),
+        "limits": [
+            {
+                "time": _r(s.time),
+                "nominalCL": s.nominal_cl,
+                "lowerCL": s.lower_cl,
+                "upperCL": s.upper_cl,
+                "currentCL": s.current_cl,
+                "demandAvg": _r(s.demand_avg),
+                "demandStdev": _r(s.demand_stdev),
+                "demandHighWatermark": _r(s.demand_high_watermark),
+                "smoothed": _r(s.smoothed),
+                "target": _r(s.target),
+            }
+            for s in run.limits
+        ],
+    }
+
+
+def to_json(result: SimulationResult) -> dict[str, Any]:
+    duration = result.traffic.duration
+    shares = fair_share_by_client(result)
+    clients_by_level: dict[str, list[ClientRun]] = {name: [] for name in result.levels}
+    for client in result.clients:
+        clients_by_level[client.classification.priority_level].append(client)
+    return {
+        "traffic": result.traffic.source,
+        "duration": duration,
+        "seed": result.seed,
+        "serverConcurrencyLimit": result.server_concurrency_limit,
+        "clients": {
+            c.spec.name: client_json(c, duration, shares[c.spec.name]) for c in result.clients
+        },
+        "levels": {
+            name: level_json(run, clients_by_level[name], duration)
+            for name, run in result.levels.items()
+        },
+    }
+
+
+# ---------------------------------------------------------------------- text
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join((first, *rest)).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def _rejected(rejected: dict[str, int]) -> str:
+    return "/".join(str(rejected[r]) for r in REJECT_REASONS)
+
+
+def render_text(data: dict[str, Any]) -> str:
+    """The table for humans, rendered from ``to_json``'s data so both always agree."""
+    out = [
+        f"{data['traffic']}: {data['duration']:g}s of virtual time, seed {data['seed']}, "
+        f"server concurrency limit {data['serverConcurrencyLimit']}",
+        "",
+    ]
+    client_rows = [
+        [
+            name,
+            f"{c['flowSchema']} -> {c['priorityLevel']}",
+            str(c["calls"]),
+            str(c["dispatched"]),
+            _rejected(c["rejected"]),
+            _seconds(c["waitP50"]),
+            _seconds(c["waitP99"]),
+            f"{c['avgExecutingSeats']:.2f}",
+            f"{c['fairShare']:.2f}",
+            f"{c['demandSeats']:.2f}",
+        ]
+        for name, c in data["clients"].items()
+    ]
+    out += _table(
+        (
+            "CLIENT",
+            "FLOWSCHEMA -> LEVEL",
+            "CALLS",
+            "DISPATCHED",
+            "REJ qf/cl/to",
+            "WAIT p50",
+            "WAIT p99",
+            "SEATS",
+            "FAIR",
+            "DEMAND",
+        ),
+        client_rows,
+    )
+    out.append("")
+    level_rows = [
+        [
+            name,
+            lv["type"],
+            str(lv["nominalCL"]),
+            f"{lv['lowerCL']}..{lv['upperCL']}",
+            f"{lv['avgCL']:.1f}",
+            str(lv["dispatched"]),
+            _rejected(lv["rejected"]),
+            f"{lv['avgExecutingSeats']:.2f}",
+        ]
+        for name, lv in data["levels"].items()
+    ]
+    out += _table(
+        (
+            "LEVEL",
+            "TYPE",
+            "NOMINAL",
+            "BOUNDS",
+            "AVG CL",
+            "DISPATCHED",
+            "REJ qf/cl/to",
+            "SEATS",
+        ),
+        level_rows,
+    )
+    busy = [(n, lv) for n, lv in data["levels"].items() if lv["clients"] and lv["limits"]]
+    if busy:
+        out += ["", "current limit per adjustment period (time: currentCL/demand avg)"]
+        for name, lv in busy:
+            cells = " ".join(
+                f"{s['time']:g}s:{s['currentCL']}/{s['demandAvg']:.1f}" for s in lv["limits"]
+            )
+            out.append(f"  {name}: {cells}")
+    out += [
+        "",
+        "SEATS: time-averaged executing initial seats; FAIR: max-min fair share of the level's "
+        "average limit; REJ: rejections by queue-full/concurrency-limit/time-out.",
+    ]
+    return "\n".join(out) + "\n"
