@@ -213,8 +213,13 @@ class QueueSet:
                 self.queues.append(Queue(len(self.queues)))
             self.queue_length_limit = queue_length_limit
             self.hand_size = hand_size
-            self.dealer = Dealer(desired_num_queues, hand_size)
-            self._hands.clear()
+            dealer = self.dealer
+            if dealer is None or (dealer.deck_size, dealer.hand_size) != (
+                desired_num_queues,
+                hand_size,
+            ):
+                self.dealer = Dealer(desired_num_queues, hand_size)
+                self._hands.clear()
         # Queueless levels keep the old queue length limit and hand size so old queues drain.
         self.desired_num_queues = desired_num_queues
         self.concurrency_limit = concurrency_limit
@@ -478,6 +483,8 @@ class QueueSet:
             req.additional_latency = (
                 req.final_work / 1e8 / req.final_seats if req.final_seats > 0 else 0.0
             )
+            # Seats are held (and later released) at the clipped width, as Kubernetes does.
+            req.max_seats = max(req.initial_seats, req.final_seats, 1)
         self.robin_index = queue.index
         self.dispatch_r = self.current_r
         self.latest_s = queue.next_dispatch_r

@@ -162,6 +162,14 @@ def test_final_seats_clipped_to_limit_keep_work() -> None:
     assert req.state == EXECUTING
     assert req.final_seats == 4
     assert req.additional_latency == pytest.approx(2.0)  # 8 seats x 1 s = 4 seats x 2 s
+    # As Kubernetes: the request now holds max(initial, clipped final) seats, not 8.
+    assert qs.tot_seats_in_use == 4 and qs.tot_seats_waiting == 0
+    clock.advance(1.0)
+    qs.finish(req)
+    clock.advance(1.999)
+    assert qs.tot_seats_in_use == 4
+    clock.advance(0.001)
+    assert qs.tot_seats_in_use == 0 and qs.is_idle
 
 
 # ---------------------------------------------------------------- completion
