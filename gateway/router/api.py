@@ -227,6 +227,7 @@ async def list_activations(request: web.Request) -> web.Response:
         if value is not None and not value.isdigit():
             raise ApiError(400, f"{key} must be epoch milliseconds.")
         bounds[key] = int(value) if value else None
+    await router.writer.flush()  # read your own writes: list what this router has recorded
     records = await router.store.list_activations(
         ns, limit=limit, skip=skip, name=request.query.get("name"), **bounds
     )

@@ -1,0 +1,161 @@
+"""Helpers for the platform tests: real manager and router processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
+
+SLOW = """
+import time
+def main(args):
+    time.sleep(args.get("sleep", 0.3))
+    return {"slept": args.get("sleep", 0.3)}
+"""
+
+
+class Proc:
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        with open(log, "ab") as err:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "gateway", *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+        assert self.popen.stdout is not None
+        ready, _, _ = select.select([self.popen.stdout], [], [], 15)
+        line = self.popen.stdout.readline().decode() if ready else ""
+        if not line.startswith("LISTENING "):
+            self.popen.kill()
+            self.popen.wait()
+            self.popen.stdout.close()
+            raise RuntimeError(f"{args[0]} did not start: {line!r}\n{log.read_text()[-3000:]}")
+        self.url = line.split()[1]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        try:
+            return self.popen.wait(timeout)
+        finally:
+            if self.popen.stdout is not None:
+                self.popen.stdout.close()
+
+
+class Platform:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.store = f"sqlite:///{root / 'platform.db'}"
+        self.manager: Proc | None = None
+        self.routers: dict[str, Proc] = {}
+
+    def start_manager(self, *extra: str) -> Proc:
+        self.manager = Proc(
+            [
+                "manager",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(self.state),
+                "--grace-seconds",
+                "1",
+                *extra,
+            ],
+            self.root / "manager.log",
+        )
+        return self.manager
+
+    def start_router(self, rid: str = "r1", *extra: str) -> Proc:
+        assert self.manager is not None
+        proc = Proc(
+            [
+                "router",
+                "--listen",
+                "127.0.0.1:0",
+                "--manager",
+                self.manager.url,
+                "--store",
+                self.store,
+                "--id",
+                rid,
+                *extra,
+            ],
+            self.root / f"router-{rid}.log",
+        )
+        self.routers[rid] = proc
+        return proc
+
+    def runtime_pids(self) -> list[int]:
+        pids = []
+        for record in (self.state / "containers").glob("*/container.json"):
+            with contextlib.suppress(OSError, ValueError):
+                pids.append(int(json.loads(record.read_text())["pid"]))
+        return pids
+
+    def close(self) -> None:
+        for proc in self.routers.values():
+            with contextlib.suppress(Exception):
+                proc.stop()
+        if self.manager is not None:
+            with contextlib.suppress(Exception):
+                self.manager.stop()
+        for pid in self.runtime_pids():  # never leave runtimes behind, even on failure
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def action_url(router: Proc, name: str, ns: str = "_") -> str:
+    return f"{router.url}/api/v1/namespaces/{ns}/actions/{name}"
+
+
+async def put_action(
+    client: httpx.AsyncClient, router: Proc, name: str, code: str, **extra: Any
+) -> dict[str, Any]:
+    body = {"exec": {"kind": "python:3", "code": code}, **extra}
+    resp = await client.put(action_url(router, name) + "?overwrite=true", json=body)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+async def invoke(
+    client: httpx.AsyncClient,
+    router: Proc,
+    name: str,
+    params: dict[str, Any] | None = None,
+    query: str = "blocking=true",
+) -> httpx.Response:
+    return await client.post(action_url(router, name) + "?" + query, json=params or {})
+
+
+def annotation(record: dict[str, Any], key: str) -> Any:
+    return next((a["value"] for a in record["annotations"] if a["key"] == key), None)
+
+
+async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> list[dict[str, Any]]:
+    assert platform.manager is not None
+    resp = await client.get(platform.manager.url + "/v1/containers")
+    return list(resp.json()["containers"])
+
+
+def wait_until(predicate: Any, timeout: float = 10, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
