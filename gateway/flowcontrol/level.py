@@ -149,12 +149,23 @@ class PriorityLevel:
     def apply_current_limit(self) -> None:
         current = self.current_cl or 0
         denominator = current if current > 0 else max(1, round_half_up(self.server_cl / 10))
+        desired = self._desired_queues(self.config)
+        qs = self.qs
+        queuing = self._queuing(self.config)
+        if (
+            qs.concurrency_limit == current
+            and qs.concurrency_denominator == denominator
+            and qs.desired_num_queues == desired
+            and qs.queue_length_limit == queuing.get("queue_length_limit", qs.queue_length_limit)
+            and qs.hand_size == queuing.get("hand_size", qs.hand_size)
+        ):
+            return  # nothing changed: keep the queue set (and its statistics) as they are
         self.fold()
         self.qs.configure(
-            desired_num_queues=self._desired_queues(self.config),
+            desired_num_queues=desired,
             concurrency_limit=current,
             concurrency_denominator=denominator,
-            **self._queuing(self.config),
+            **queuing,
         )
 
     # ------------------------------------------------------------------ statistics

@@ -135,10 +135,7 @@ def served_from_cache(info: RequestInfo) -> bool:
 
 
 def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
+    return int(value) if value.isdigit() else 0
 
 
 def list_seats(
