@@ -80,7 +80,8 @@ def main() -> None:
     base, common, listing = time_estimator()
     print(
         f"estimator: no-op call {base:.0f} ns; get (common case) {common:.0f} ns "
-        f"(+{common - base:.0f} ns); list with learned count {listing:.0f} ns (+{listing - base:.0f} ns)"
+        f"(+{common - base:.0f} ns); list with learned count {listing:.0f} ns"
+        f" (+{listing - base:.0f} ns)"
     )
 
 
