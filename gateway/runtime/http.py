@@ -14,6 +14,7 @@ keep-alive (HTTP/1.1 default, ``Connection: close`` honoured). Responses always 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from io import BufferedReader
@@ -68,7 +69,11 @@ def _serve_connection(conn: socket.socket, handler: Handler) -> None:
             if request is None:
                 return
             method, path, body, keep_alive = request
-            status, payload = handler(method, path, body)
+            try:
+                status, payload = handler(method, path, body)
+            except Exception as exc:  # a bug in the runtime itself: answer, keep serving
+                status, payload = 500, b'{"error": "Internal error in the action runtime."}'
+                sys.stderr.write(f"action runtime: internal error: {exc!r}\n")
             conn.sendall(_response(status, payload, keep_alive=keep_alive))
             if not keep_alive:
                 return

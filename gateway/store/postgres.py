@@ -100,7 +100,7 @@ class PostgresStore:
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
                 await self._migrate(conn)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
             raise StoreError(f"PostgreSQL: {exc}") from exc
 

@@ -4,7 +4,8 @@
 ``max_batch`` records, at most ``max_delay`` seconds after the first record of a batch was
 submitted (a full batch goes at once). Until a record is written, ``get_pending`` returns it,
 so "invoke, then fetch the activation" works even before the write. A failed write keeps the
-batch and retries after a growing pause (capped at 1 s); ``close`` writes everything pending
+batch and retries after a growing pause (capped at 1 s), dropping only records that are not
+JSON-serialisable (they would fail forever); ``close`` writes everything pending
 and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
 graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -93,7 +95,11 @@ class ActivationWriter:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         self._cancel_timer()
-        await self._write_all()
+        try:
+            await self._write_all()
+        except Exception:
+            self._drop_unencodable()
+            await self._write_all()  # one more try; a second failure reaches the caller
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -108,11 +114,21 @@ class ActivationWriter:
             try:
                 await self._write_all()
                 self._failures = 0
-            except StoreError:
+            except Exception:
+                self._drop_unencodable()
                 self._failures += 1
                 pause = min(MAX_RETRY_PAUSE, 0.01 * 2**self._failures)
                 log.exception("writing activations failed; retrying in %.2fs", pause)
                 self._timer = self._clock.call_later(pause, self._due.set)
+
+    def _drop_unencodable(self) -> None:
+        """A record that is not JSON would fail every retry: drop it (loudly), keep the rest."""
+        for key, record in list(self._pending.items()):
+            try:
+                json.dumps(record)
+            except (TypeError, ValueError):
+                log.error("dropping activation %s/%s: not JSON-serialisable", *key)
+                del self._pending[key]
 
     async def _write_all(self) -> None:
         while self._pending:

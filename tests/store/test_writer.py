@@ -117,3 +117,23 @@ async def test_close_without_start_still_writes(store: Store) -> None:
     writer.submit(activation("e" * 32, 1))
     await writer.close()
     assert await count(store) == 1
+
+
+async def test_unencodable_record_is_dropped_not_retried_forever(store: Store) -> None:
+    clock = FakeEventClock()
+    writer = ActivationWriter(store, clock=clock)
+    await writer.start()
+    writer.submit(activation("1" * 32, 1))
+    writer.submit({**activation("2" * 32, 2), "logs": {"not", "json"}})
+    writer.submit(activation("3" * 32, 3))
+    clock.advance(0.05)
+    for _ in range(200):  # the failed batch, then the retry after the pause
+        await asyncio.sleep(0)
+        clock.advance(0.1)
+        if writer.pending == 0:
+            break
+    await writer.close()
+    assert [r["activationId"] for r in await store.list_activations("guest")] == [
+        "3" * 32,
+        "1" * 32,
+    ]
