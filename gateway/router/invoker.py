@@ -165,7 +165,7 @@ class Invoker:
                 allow_proxy=not proxied,
             )
             if result.rejected is not None:
-                self._reject(key, Throttled(result.rejected, result.retry_after))
+                self._reject(key, Throttled(result.rejected, result.retry_after), count)
             elif result.proxy:
                 urls = [p["url"] for p in result.proxy]
                 expiry = time.monotonic() + self.settings.proxy_cache_seconds
@@ -177,20 +177,24 @@ class Invoker:
                     self.add_container(data)
                 progressed = bool(result.containers)
         except UnknownToManager:
-            self.spawn(self.register())
+            self.registered.clear()
+            with contextlib.suppress(ManagerUnavailable, UnknownToManager):
+                await self.register()
+            progressed = True  # retry while requests wait
         except ManagerUnavailable as exc:
             log.warning("manager unavailable: %s", exc)
             await asyncio.sleep(0.2)
-            progressed = True  # retry while requests wait
+            progressed = True
         finally:
             self._pending[key] = self._pending.get(key, 0) - count
         if progressed and self.pool.waiting(key):
             self._ensure_capacity(action, proxied)
 
-    def _reject(self, key: str, exc: Throttled) -> None:
+    def _reject(self, key: str, exc: Throttled, count: int) -> None:
         self._rejected[key] = exc
-        if not self.pool.containers(key):  # nothing will free up: answer now
-            self._fail_waiters(key, exc)
+        others_pending = self._pending.get(key, 0) - count
+        if not self.pool.containers(key) and others_pending <= 0:
+            self._fail_waiters(key, exc)  # nothing will free up: answer now
 
     def _fail_waiters(self, key: str, exc: Exception) -> None:
         for future in list(self._futures.get(key, ())):
@@ -415,8 +419,7 @@ class Invoker:
         while True:
             try:
                 if not self.registered.is_set():
-                    await self.register()
-                    lease = 10.0
+                    lease = await self.register()
                 else:
                     data = await self.manager.renew(self.settings.router_id)
                     self._sync(data)

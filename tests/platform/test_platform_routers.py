@@ -1,0 +1,65 @@
+"""Two routers: disjoint ownership, the proxy path, and reassignment after a router dies."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import httpx
+from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+
+
+async def held(client: httpx.AsyncClient, url: str) -> set[str]:
+    state = (await client.get(url + "/_platform/v1/state")).json()
+    return {c["id"] for c in state["containers"]}
+
+
+async def test_disjoint_ownership_and_proxy(platform: Platform, client: httpx.AsyncClient) -> None:
+    platform.start_manager()
+    r1 = platform.start_router("r1")
+    r2 = platform.start_router("r2")
+    await put_action(client, r1, "one", SLOW)
+    first = await invoke(client, r1, "one", {"sleep": 0})
+    owner = annotation(first.json(), "container")
+    # r2 owns nothing for "one": the manager names r1 and r2 forwards one hop
+    via_r2 = await invoke(client, r2, "one", {"sleep": 0})
+    assert via_r2.status_code == 200, via_r2.text
+    assert via_r2.headers["x-apf-proxied-by"] == "r2"
+    assert annotation(via_r2.json(), "container") == owner
+    assert await held(client, r2.url) == set()
+
+    # load through both routers: every container has exactly one owner
+    await put_action(client, r1, "busy", SLOW)
+    calls = [invoke(client, r, "busy", {"sleep": 0.3}) for r in (r1, r2) for _ in range(4)]
+    results = await asyncio.gather(*calls)
+    assert all(x.status_code == 200 for x in results)
+    h1, h2 = await held(client, r1.url), await held(client, r2.url)
+    assert not h1 & h2
+    owners = {c["id"]: c["owner"] for c in await manager_containers(client, platform)}
+    assert all(owners[c] == "r1" for c in h1) and all(owners[c] == "r2" for c in h2)
+    assert h2, "r2 got containers of its own under load"
+
+
+async def test_dead_router_containers_are_reassigned(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    platform.start_manager("--lease-seconds", "1")
+    r1 = platform.start_router("r1")
+    r2 = platform.start_router("r2")
+    await put_action(client, r1, "act", SLOW, limits={"timeout": 500})
+    cid = annotation((await invoke(client, r1, "act", {"sleep": 0})).json(), "container")
+    r1.stop(signal.SIGKILL)
+    # lease (1 s) expires, then the container is quarantined for the action timeout (0.5 s)
+    # plus the margin (1 s), after which r2 is given the same warm container
+    for _ in range(200):
+        states = {c["id"]: c for c in await manager_containers(client, platform)}
+        if states[cid]["state"] == "unassigned":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"not released: {states[cid]}")
+    resp = await invoke(client, r2, "act", {"sleep": 0})
+    assert resp.status_code == 200, resp.text
+    assert annotation(resp.json(), "container") == cid
+    assert annotation(resp.json(), "initTime") is not None  # r2 (re)initialises it once
+    assert cid in await held(client, r2.url)
