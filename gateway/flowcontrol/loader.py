@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -56,7 +56,14 @@ class Document:
         return self.obj
 
 
-class _StrictLoader(yaml.SafeLoader):
+# libyaml's parser when present: the pure-Python one is ~10x slower on large kubectl dumps.
+if TYPE_CHECKING:
+    _BaseLoader = yaml.SafeLoader
+else:
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):
     """Safe YAML that refuses duplicate keys (as strict decoding does) and keeps times as text."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -70,12 +77,13 @@ class _StrictLoader(yaml.SafeLoader):
                     None, None, f"duplicate field {key!r}", key_node.start_mark
                 )
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 _StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for ch, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
 }
 
 

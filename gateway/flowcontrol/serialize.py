@@ -61,7 +61,8 @@ def dump_yaml(config: ConfigSet) -> str:
     """A multi-document YAML stream: priority levels first, then flow schemas."""
     docs = [to_dict(pl) for pl in config.priority_levels]
     docs += [to_dict(fs) for fs in config.flow_schemas]
-    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=100)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 def _meta_to_dict(meta: ObjectMeta) -> dict[str, Any]:

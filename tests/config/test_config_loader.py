@@ -159,11 +159,11 @@ def test_kubectl_get_output_loads_unchanged() -> None:
     [
         (
             "a: [\n",
-            "x.yaml: document 1: invalid YAML: line 2, column 1: expected the node content, but found '<stream end>' (while parsing a flow node)",
+            "x.yaml: document 1: invalid YAML: line 2, column 1: ",
         ),
         (
             "kind: Pod\napiVersion: v1\n---\nkind: x\n  bad: indent\n",
-            "x.yaml: document 2: invalid YAML: line 5, column 6: mapping values are not allowed here",
+            "x.yaml: document 2: invalid YAML: line 5, column 6: mapping values are not allowed ",
         ),
         (
             "kind: FlowSchema\nkind: List\n",
@@ -180,7 +180,9 @@ def test_kubectl_get_output_loads_unchanged() -> None:
     ],
 )
 def test_syntax_and_shape_errors_have_line_numbers(text: str, expected: str) -> None:
-    assert _errors(text, "x.yaml") == [expected]
+    # The parser's own wording differs between libyaml and pure-Python PyYAML; the place does not.
+    errs = _errors(text, "x.yaml")
+    assert len(errs) == 1 and errs[0].startswith(expected)
 
 
 def test_json_syntax_error_has_line_number() -> None:
