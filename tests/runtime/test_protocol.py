@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import textwrap
 import zipfile
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -161,3 +163,19 @@ async def test_bad_requests_get_clear_errors(start_runtime: StartRuntime) -> Non
         missing = await client.post("/nope", json={})
         assert missing.status_code == 404
         assert "/init" in missing.json()["error"]
+
+
+async def test_chunked_body_and_connection_close(start_runtime: StartRuntime) -> None:
+    url = start_runtime()
+    body = json.dumps(init_body(ECHO)).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(body), 7):
+            yield body[i : i + 7]
+
+    async with httpx.AsyncClient(base_url=url) as client:
+        init = await client.post("/init", content=chunks())  # Transfer-Encoding: chunked
+        assert init.status_code == 200, init.text
+        run = await client.post("/run", json={"value": {"k": 1}}, headers={"Connection": "close"})
+        assert run.headers["connection"] == "close"
+        assert run.json()["args"] == {"k": 1}
