@@ -225,13 +225,14 @@ def parse_traffic(data: Any, source: str) -> Traffic:
     else:
         seen: set[str] = set()
         for index, raw in enumerate(raw_clients):
+            name = raw.get("name") if isinstance(raw, dict) else None
+            if isinstance(name, str) and name in seen:
+                errors.append(f'{source}: clients[{index}].name: duplicate name "{name}"')
+            if isinstance(name, str):
+                seen.add(name)
             client = _client(raw, index, source, duration, wait_limit, errors)
-            if client is None:
-                continue
-            if client.name in seen:
-                errors.append(f'{source}: clients[{index}].name: duplicate name "{client.name}"')
-            seen.add(client.name)
-            clients.append(client)
+            if client is not None:
+                clients.append(client)
     if errors:
         raise TrafficError(errors)
     return Traffic(source, duration, tuple(clients), seed, limit, wait_limit)
