@@ -138,10 +138,13 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     return f"invalid YAML: {exc}"
 
 
-def _read(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Document], list[ConfigError]]:
+def _read(
+    paths: Sequence[str | os.PathLike[str]],
+) -> tuple[list[Document], list[ConfigError], list[str]]:
     errors: list[ConfigError] = []
     docs: list[Document] = []
-    for f in _files(paths, errors):
+    files = _files(paths, errors)
+    for f in files:
         try:
             text = f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -150,20 +153,20 @@ def _read(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Document], list
         d, e = parse_text(text, str(f))
         docs += d
         errors += e
-    return docs, errors
+    return docs, errors, [str(p) for p in paths] + [str(f) for f in files]
 
 
 def load_documents(paths: Sequence[str | os.PathLike[str]]) -> list[Document]:
     """Every mapping document of every file, any kind; raises ``ConfigErrors`` on bad syntax."""
-    docs, errors = _read(paths)
+    docs, errors, _ = _read(paths)
     if errors:
         raise ConfigErrors(errors)
     return docs
 
 
 def load_paths(paths: Sequence[str | os.PathLike[str]]) -> ConfigSet:
-    docs, errors = _read(paths)
-    return build_config(docs, errors)
+    docs, errors, order = _read(paths)
+    return build_config(docs, errors, file_order=order)
 
 
 def load_text(text: str, *, source: str = "<string>") -> ConfigSet:
@@ -247,9 +250,15 @@ def _one(
 
 
 def build_config(
-    docs: Iterable[Document], errors: list[ConfigError] | None = None, *, fixed_specs: bool = True
+    docs: Iterable[Document],
+    errors: list[ConfigError] | None = None,
+    *,
+    fixed_specs: bool = True,
+    file_order: Sequence[str] = (),
 ) -> ConfigSet:
-    """Decode, default and validate every object; raise ``ConfigErrors`` listing all problems."""
+    """Decode, default and validate every object; raise ``ConfigErrors`` listing all problems,
+    in file order (``file_order``, else first appearance), then document and list item."""
+    docs = list(docs)
     errors = list(errors or [])
     fss: list[FlowSchema] = []
     pls: list[PriorityLevelConfiguration] = []
@@ -288,6 +297,10 @@ def build_config(
         else:
             pls.append(priority_level_from_dict(clean))
     if errors:
+        rank: dict[str, int] = {}
+        for name in [*file_order, *(d.file for d in docs), *(e.file for e in errors)]:
+            rank.setdefault(name, len(rank))
+        errors.sort(key=lambda e: (rank[e.file], e.document or 0, e.item or 0))
         raise ConfigErrors(errors)
     return ConfigSet(tuple(fss), tuple(pls))
 

@@ -1,0 +1,109 @@
+# ruff: noqa: E501
+"""``apf-gateway config validate|defaults`` as a user runs them: real subprocesses, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from config_testlib import dump, fs_doc, pl_doc, queuing
+
+from gateway.flowcontrol import bootstrap
+from gateway.flowcontrol.loader import load_text
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "config", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_validate_valid_files_exits_zero_with_summary(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text(
+        dump(pl_doc("mine"), fs_doc("mine", priorityLevelConfiguration={"name": "mine"}))
+    )
+    proc = cli("validate", str(tmp_path), str(FIXTURES / "kubectl-get-flowcontrol.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert "valid: 12 FlowSchemas, 9 PriorityLevelConfigurations" in proc.stdout
+    assert (
+        "effective (after the ensurer): 12 FlowSchemas, 9 PriorityLevelConfigurations, 0 changes"
+        in proc.stdout
+    )
+    assert proc.stderr == ""
+
+
+def test_validate_lists_every_error_and_exits_one(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(dump(fs_doc("Bad", matchingPrecedence=1), pl_doc("foo", **queuing(handSize=70))))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [\n")
+    proc = cli("validate", str(bad), str(broken))
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert (
+        f'{bad}: document 1 (FlowSchema "Bad"): metadata.name: Invalid value: "Bad": a lowercase RFC 1123 subdomain'
+        in lines[0]
+    )
+    assert (
+        lines[1]
+        == f"{bad}: document 1 (FlowSchema \"Bad\"): spec.matchingPrecedence: Invalid value: 1: only the schema named 'exempt' may have matchingPrecedence 1"
+    )
+    assert (
+        lines[2]
+        == f'{bad}: document 2 (PriorityLevelConfiguration "foo"): spec.limited.limitResponse.queuing.handSize: Invalid value: 70: should not be greater than queues (64)'
+    )
+    assert lines[3].startswith(f"{broken}: document 1: invalid YAML: line 2, column 1: ")
+    assert lines[4] == "invalid: 4 errors"
+    assert proc.stdout == ""
+
+
+def test_validate_warns_about_dangling_references(tmp_path: Path) -> None:
+    f = tmp_path / "d.yaml"
+    f.write_text(dump(fs_doc("orphan", priorityLevelConfiguration={"name": "nowhere"})))
+    proc = cli("validate", "-v", str(f))
+    assert proc.returncode == 0
+    assert (
+        'warning: FlowSchema "orphan" is dangling: PriorityLevelConfiguration "nowhere" does not exist, '
+        "so the schema is ignored for classification"
+    ) in proc.stderr
+    assert (
+        '  created PriorityLevelConfiguration "exempt" (mandatory object was missing)'
+        in proc.stdout
+    )
+
+
+def test_validate_effective_prints_loadable_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "one.yaml"
+    f.write_text(dump(pl_doc("mine")))
+    proc = cli("validate", "--effective", str(f))
+    assert proc.returncode == 0
+    config = load_text(proc.stdout)
+    assert {p.name for p in config.priority_levels} == {"mine"} | {
+        p.name for p in bootstrap.defaults().priority_levels
+    }
+
+
+def test_defaults_prints_yaml_that_round_trips() -> None:
+    proc = cli("defaults")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert load_text(proc.stdout) == bootstrap.defaults()
+    assert all(
+        d["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+        for d in yaml.safe_load_all(proc.stdout)
+    )
+    mandatory = cli("defaults", "--mandatory")
+    assert load_text(mandatory.stdout) == bootstrap.mandatory()
+
+
+def test_usage_errors_exit_two() -> None:
+    assert cli().returncode == 2
+    assert cli("validate").returncode == 2
