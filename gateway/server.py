@@ -32,6 +32,7 @@ from gateway.settings.model import GatewaySettings
 from gateway.settings.sources import LoadedConfig
 
 if TYPE_CHECKING:
+    from gateway.flowcontrol.clock import EventClock
     from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
@@ -75,6 +76,7 @@ class Gateway:
         transport: Transport | None = None,
         estimator: Estimator | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        clock: EventClock | None = None,
         on_startup: list[Callable[[], None]] | None = None,
     ) -> None:
         settings = loaded.settings
@@ -83,6 +85,7 @@ class Gateway:
         self.estimator: Estimator = estimator or unit_estimator
         # The loop the app will run on; APF's clock needs it before the first request.
         self.loop = loop
+        self.clock: EventClock | None = clock
         if not settings.upstreams:
             raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
         self.settings = settings
@@ -149,7 +152,8 @@ class Gateway:
         from gateway.metrics.apf import APFMetrics
 
         s = loaded.settings
-        self.clock = AsyncioEventClock(self.loop)
+        if self.clock is None:
+            self.clock = AsyncioEventClock(self.loop)
         controller = FlowController(
             clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
             config=loaded.flow,
@@ -239,3 +243,20 @@ class Gateway:
                 await self.transport.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | None = None) -> Any:
+    """uvicorn settings for the gateway: httptools, no access log, no header rewriting.
+
+    ``proxy_headers`` stays off: uvicorn would otherwise replace the client address with
+    ``X-Forwarded-For`` and let any client pass our front-proxy CIDR check.
+    """
+    import uvicorn
+
+    host, listen_port = gateway.settings.host_port
+    return uvicorn.Config(
+        gateway, host=host, port=listen_port if port is None else port, loop="none",
+        http="httptools", lifespan="on", access_log=False, server_header=False,
+        date_header=False, proxy_headers=False, log_level=log_level,
+        timeout_graceful_shutdown=int(gateway.settings.shutdown_grace_period) or None,
+    )  # fmt: skip

@@ -18,17 +18,39 @@ LONG_RUNNING_KEY = "gateway.long_running"
 
 
 class RequestDescriber:
+    """Digests are cached by (user, method, path, query): most traffic repeats a small set of
+    requests, and parsing a path costs more than admitting the request."""
+
+    CACHE_SIZE = 8192
+
     def __init__(self, authenticator: RequestAuthenticator, parser: RequestInfoParser) -> None:
         self.authenticator = authenticator
-        self.parser = parser
+        self._parser = parser
+        self._cache: dict[tuple[object, ...], tuple[RequestDigest, bool]] = {}
+
+    @property
+    def parser(self) -> RequestInfoParser:
+        return self._parser
+
+    @parser.setter
+    def parser(self, parser: RequestInfoParser) -> None:
+        self._parser = parser
+        self._cache = {}
 
     def describe(self, scope: Scope) -> tuple[RequestDigest, bool]:
         """The digest and whether the request is long-running. Raises ``Unauthorized``."""
         user = self.authenticator.authenticate(scope)
         method = scope.get("method", "GET")  # websocket handshakes are GETs
-        info, long_running = self.parser.parse(method, scope["path"], scope["query_string"])
-        digest = RequestDigest(user, info, long_running and info.verb != "watch")
-        return digest, long_running
+        key = (user, method, scope["path"], scope["query_string"])
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        info, long_running = self._parser.parse(method, scope["path"], scope["query_string"])
+        found = (RequestDigest(user, info, long_running and info.verb != "watch"), long_running)
+        if len(self._cache) >= self.CACHE_SIZE:
+            self._cache = {}
+        self._cache[key] = found
+        return found
 
 
 async def send_unauthorized(send: Send, message: str) -> None:

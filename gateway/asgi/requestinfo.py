@@ -10,7 +10,7 @@ describe non-Kubernetes APIs and are tried first; anything else is a non-resourc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 from gateway.flowcontrol.digest import RequestInfo
 
@@ -88,7 +88,8 @@ class RequestInfoParser:
 
     def parse(self, method: str, path: str, query_string: bytes) -> tuple[RequestInfo, bool]:
         """The request info and whether the request is long-running (watch, proxy, exec, ...)."""
-        parts = [unquote(p) for p in path.strip("/").split("/") if p] if path != "/" else []
+        # ASGI's ``path`` is already percent-decoded, as Go's ``URL.Path`` is.
+        parts = [p for p in path.split("/") if p]
         for template in self.templates:
             found = template.match(parts)
             if found is not None:

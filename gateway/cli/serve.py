@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     import uvloop
 
-    from gateway.server import Gateway
+    from gateway.server import Gateway, uvicorn_config
     from gateway.settings.reload import Reloader
     from gateway.settings.sources import ConfigLoadError, load_config
 
@@ -265,20 +265,7 @@ def run(args: argparse.Namespace) -> int:
         on_result=gateway.metrics.observe_reload,
     )
     gateway.on_startup.append(lambda: reloader.start(settings.config_poll_interval))
-    host, port = settings.host_port
-    config = uvicorn.Config(
-        gateway,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_period) or None,
-    )
+    config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

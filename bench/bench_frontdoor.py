@@ -1,0 +1,252 @@
+"""Front-door throughput and latency: direct upstream, nginx, our proxy with APF off and on.
+
+Run by hand (needs ``wrk`` and ``nginx`` from Debian):
+
+    .venv/bin/python bench/bench_frontdoor.py --rounds 3 --duration 8
+
+Every variant runs as one process with one worker in front of the same trivial upstream
+(uvicorn, raw ASGI, httptools + uvloop) on 127.0.0.1; wrk, the variant and the upstream share
+the machine's cores. Rounds are interleaved (A B C D A B C D ...). Throughput: ``wrk -t1 -c32``;
+latency at moderate load: ``wrk -t1 -c4`` (closed loop), p50 minus the direct upstream's p50.
+``--transports`` instead compares the proxy's upstream clients (APF off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PATH = "/api/v1/namespaces/default/pods"
+
+UPSTREAM_APP = """
+import uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"{}"})
+uvicorn.run(app, host="127.0.0.1", port=int(__import__("sys").argv[1]), loop="uvloop",
+            http="httptools", log_level="warning", access_log=False, lifespan="off")
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir};
+    proxy_temp_path {dir};
+    fastcgi_temp_path {dir};
+    uwsgi_temp_path {dir};
+    scgi_temp_path {dir};
+    upstream up {{ server 127.0.0.1:{upstream}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }}
+    }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+@contextlib.contextmanager
+def process(args: list[str], port: int) -> Iterator[None]:
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(port)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def nginx(port: int, upstream: int) -> Iterator[None]:
+    d = tempfile.mkdtemp(prefix="bench-nginx-")
+    conf = Path(d, "nginx.conf")
+    conf.write_text(NGINX_CONF.format(dir=d, port=port, upstream=upstream))
+    subprocess.run(["nginx", "-c", str(conf)], check=True)
+    try:
+        wait_port(port)
+        yield
+    finally:
+        subprocess.run(["nginx", "-c", str(conf), "-s", "stop"], check=False)
+        time.sleep(0.3)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def gateway_args(port: int, upstream: int, *extra: str) -> list[str]:
+    return [
+        PY, "-m", "gateway", "serve", "--listen", f"127.0.0.1:{port}",
+        "--upstream", f"http://127.0.0.1:{upstream}", "--log-level", "warning", *extra,
+    ]  # fmt: skip
+
+
+def wrk(port: int, connections: int, duration: float) -> tuple[float, float, float]:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
+         f"http://127.0.0.1:{port}{PATH}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        raise RuntimeError(f"non-2xx responses on port {port}:\n{out}")
+
+    def pct(p: str) -> float:
+        m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
+        assert m, out
+        return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+
+    return rps, pct("50"), pct("99")
+
+
+def run(
+    variants: dict[str, contextlib.AbstractContextManager[None]],
+    ports: dict[str, int],
+    rounds: int,
+    duration: float,
+) -> dict[str, dict[str, list[float]]]:
+    results: dict[str, dict[str, list[float]]] = {
+        v: {"rps": [], "p50": [], "p99": [], "lat50": [], "lat99": []} for v in variants
+    }
+    with contextlib.ExitStack() as stack:
+        for cm in variants.values():
+            stack.enter_context(cm)
+        for name in variants:  # warm-up
+            wrk(ports[name], 32, 1)
+        for r in range(rounds):
+            for name in variants:
+                rps, p50, p99 = wrk(ports[name], 32, duration)
+                _, l50, l99 = wrk(ports[name], 4, max(2.0, duration / 2))
+                res = results[name]
+                res["rps"].append(rps)
+                res["p50"].append(p50)
+                res["p99"].append(p99)
+                res["lat50"].append(l50)
+                res["lat99"].append(l99)
+                print(
+                    f"round {r + 1} {name:>14}: {rps:9.0f} req/s  p50 {p50:6.2f} ms  "
+                    f"p99 {p99:6.2f} ms  | c4 p50 {l50:5.2f} ms",
+                    flush=True,
+                )
+    return results
+
+
+def ratio(a: list[float], b: list[float]) -> str:
+    rs = [x / y for x, y in zip(a, b, strict=True)]
+    return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+
+
+def table(results: dict[str, dict[str, list[float]]], base: str) -> str:
+    med = statistics.median
+    lines = [
+        "| variant | req/s (median, min-max) | p50 ms | p99 ms | c4 p50 ms | added c4 p50 ms "
+        f"| vs {base} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        added = [a - b for a, b in zip(r["lat50"], results["direct"]["lat50"], strict=True)]
+        lines.append(
+            f"| {name} | {med(r['rps']):.0f} ({min(r['rps']):.0f}-{max(r['rps']):.0f}) "
+            f"| {med(r['p50']):.2f} | {med(r['p99']):.2f} | {med(r['lat50']):.2f} "
+            f"| {med(added):+.2f} | {ratio(r['rps'], results[base]['rps'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument(
+        "--transports", action="store_true", help="compare upstream transports instead (APF off)"
+    )
+    args = parser.parse_args()
+    up = free_port()
+    names = (
+        ["direct", "aiohttp", "httpx-aiohttp", "httpx"]
+        if args.transports
+        else ["direct", "nginx", "apf-off", "apf-on"]
+    )
+    ports = {n: free_port() for n in names}
+    ports["direct"] = up
+    variants: dict[str, contextlib.AbstractContextManager[None]] = {
+        "direct": contextlib.nullcontext()
+    }
+    if args.transports:
+        for t in names[1:]:
+            variants[t] = process(
+                gateway_args(
+                    ports[t], up, "--enable-priority-and-fairness=false", "--proxy-transport", t
+                ),
+                ports[t],
+            )
+    else:
+        variants["nginx"] = nginx(ports["nginx"], up)
+        variants["apf-off"] = process(
+            gateway_args(ports["apf-off"], up, "--enable-priority-and-fairness=false"),
+            ports["apf-off"],
+        )
+        variants["apf-on"] = process(gateway_args(ports["apf-on"], up), ports["apf-on"])
+    env = {**os.environ}
+    upstream = subprocess.Popen(
+        [PY, "-c", UPSTREAM_APP, str(up)], env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+        wait_port(up)
+        results = run(variants, ports, args.rounds, args.duration)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print()
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, wrk -t1 -c32 -d{args.duration}s"
+        f", {args.rounds} interleaved rounds"
+    )
+    print(table(results, "direct" if args.transports else "nginx"))
+    if not args.transports:
+        print(f"\nAPF on / APF off: {ratio(results['apf-on']['rps'], results['apf-off']['rps'])}")
+        print(f"APF on / nginx:   {ratio(results['apf-on']['rps'], results['nginx']['rps'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

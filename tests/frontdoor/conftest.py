@@ -1,0 +1,208 @@
+"""Real servers for front-door tests: uvicorn on 127.0.0.1 in threads, each with its own loop.
+
+The upstream is a small raw ASGI app whose ``/hold/{id}`` requests stay open until the test
+calls ``/release/{id}``, so saturation is reached by counting, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.flowcontrol.clock import EventClock
+from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.server import Gateway, uvicorn_config
+from gateway.settings.sources import LoadedConfig, load_config
+
+
+class ServerThread:
+    def __init__(self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp]) -> None:
+        self.make_app = make_app
+        self.loop = asyncio.new_event_loop()
+        self.app: Any = None
+        self.server: uvicorn.Server | None = None
+        self.port = 0
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.app = self.make_app(self.loop)
+            if isinstance(self.app, Gateway):
+                config = uvicorn_config(self.app, log_level="warning", port=0)
+                config.host = "127.0.0.1"
+            else:
+                config = uvicorn.Config(
+                    self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
+                    lifespan="off", log_level="warning", access_log=False,
+                )  # fmt: skip
+            self.server = uvicorn.Server(config)
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _serve(self) -> None:
+        assert self.server is not None
+        task = asyncio.ensure_future(self.server.serve())
+        while not self.server.started and not task.done():  # noqa: ASYNC110 - uvicorn has no started event
+            await asyncio.sleep(0.01)
+        if self.server.started:
+            self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self._ready.set()
+        await task
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+        assert self.port, "server did not start"
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the server's loop (the core is single-threaded) and return its result."""
+        done = threading.Event()
+        box: list[Any] = []
+
+        def run() -> None:
+            box.append(fn())
+            done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        assert done.wait(5)
+        return box[0]
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        self.thread.join(10)
+
+
+class Upstream:
+    """``/echo``: request as JSON; ``/hold/{id}``: open until ``/release/{id}``;
+    ``/stream/{n}``: n chunks, the rest after ``/release/stream``; ``/upload``: byte count."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, asyncio.Event] = {}
+        self.holding: set[str] = set()
+
+    def event(self, key: str) -> asyncio.Event:
+        return self.events.setdefault(key, asyncio.Event())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        parts = path.strip("/").split("/")
+        # Kubernetes-shaped paths map onto the same behaviours: .../hold/<id> etc.
+        for i, p in enumerate(parts):
+            if p in ("hold", "release", "stream", "echo", "upload", "holding"):
+                parts = parts[i:]
+                break
+        if parts[0] == "hold":
+            key = parts[1]
+            self.holding.add(key)
+            try:
+                await self.event(key).wait()
+            finally:
+                self.holding.discard(key)
+            await _reply(send, 200, b"released " + key.encode())
+        elif parts[0] == "release":
+            self.event(parts[1]).set()
+            await _reply(send, 200, b"ok")
+        elif parts[0] == "holding":
+            await _reply(send, 200, json.dumps(sorted(self.holding)).encode())
+        elif parts[0] == "stream":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain")]})  # fmt: skip
+            for i in range(int(parts[1])):
+                await send({"type": "http.response.body", "body": f"chunk{i}\n".encode(),
+                            "more_body": True})  # fmt: skip
+            await self.event("stream").wait()
+            await send({"type": "http.response.body", "body": b"end\n"})
+        elif parts[0] == "upload":
+            total = 0
+            chunks = 0
+            while True:
+                message = await receive()
+                total += len(message.get("body", b""))
+                chunks += 1
+                if not message.get("more_body"):
+                    break
+            await _reply(send, 200, json.dumps({"bytes": total, "chunks": chunks}).encode())
+        else:
+            doc = {
+                "method": scope["method"], "path": path,
+                "query": scope["query_string"].decode(),
+                "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
+            }  # fmt: skip
+            await _reply(send, 200, json.dumps(doc).encode(), b"application/json")
+
+
+async def _reply(send: Send, code: int, body: bytes, ctype: bytes = b"text/plain") -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": code,
+            "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})  # fmt: skip
+
+
+@pytest.fixture
+def upstream() -> Iterator[ServerThread]:
+    server = ServerThread(lambda loop: Upstream()).start()
+    yield server
+    server.stop()
+
+
+def start_gateway(
+    overrides: dict[str, Any],
+    paths: list[str] | None = None,
+    clock: Callable[[asyncio.AbstractEventLoop], EventClock] | None = None,
+) -> ServerThread:
+    loaded: LoadedConfig = load_config(paths or [], overrides)
+
+    def make(loop: asyncio.AbstractEventLoop) -> Gateway:
+        return Gateway(loaded, loop=loop, clock=clock(loop) if clock else None)
+
+    return ServerThread(make).start()
+
+
+@pytest.fixture
+def gateways() -> Iterator[list[ServerThread]]:
+    started: list[ServerThread] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a condition (synchronisation with another thread, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+def holding(upstream: ServerThread) -> list[str]:
+    return list(httpx.get(upstream.url + "/holding").json())

@@ -1,0 +1,137 @@
+"""The reverse proxy in front of a real upstream: headers, streaming, upstream failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+
+from tests.frontdoor.conftest import ServerThread, start_gateway
+
+APF_OFF = {"enablePriorityAndFairness": False}
+
+
+def _gateway(gateways: list[ServerThread], upstream: ServerThread, **extra: object) -> str:
+    gw = start_gateway({"upstreams": [{"url": upstream.url}], **APF_OFF, **extra})
+    gateways.append(gw)
+    return gw.url
+
+
+def test_headers_forwarded_and_hop_by_hop_stripped(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    url = _gateway(gateways, upstream)
+    r = httpx.get(
+        url + "/echo/x?a=1",
+        headers={
+            "Connection": "keep-alive, X-Secret-Hop",
+            "X-Secret-Hop": "1",
+            "TE": "trailers",
+            "X-Forwarded-For": "203.0.113.9",
+            "X-Remote-User": "mallory",
+            "X-Remote-Group": "system:masters",
+            "X-Remote-Extra-Scopes": "all",
+            "X-Custom": "kept",
+        },
+    )
+    assert r.status_code == 200
+    doc = r.json()
+    headers: dict[str, list[str]] = {}
+    for k, v in doc["headers"]:
+        headers.setdefault(k, []).append(v)
+    assert doc["path"] == "/echo/x" and doc["query"] == "a=1"
+    assert "x-secret-hop" not in headers and "te" not in headers
+    assert headers["x-custom"] == ["kept"]
+    assert headers["x-forwarded-for"] == ["203.0.113.9, 127.0.0.1"]
+    assert headers["x-forwarded-proto"] == ["http"]
+    assert headers["x-forwarded-host"][0].startswith("127.0.0.1:")
+    # Spoofed identity from an untrusted client is replaced by the authenticated one.
+    assert headers["x-remote-user"] == ["system:anonymous"]
+    assert headers["x-remote-group"] == ["system:unauthenticated"]
+    assert "x-remote-extra-scopes" not in headers
+
+
+def test_routes_by_longest_prefix(upstream: ServerThread, gateways: list[ServerThread]) -> None:
+    other = ServerThread(lambda loop: _Fixed(b"other")).start()
+    gateways.append(other)
+    gw = start_gateway({
+        "upstreams": [{"url": upstream.url}, {"url": other.url, "prefix": "/v2/"}], **APF_OFF,
+    })  # fmt: skip
+    gateways.append(gw)
+    assert httpx.get(gw.url + "/v2/anything").text == "other"
+    assert httpx.get(gw.url + "/echo").json()["path"] == "/echo"
+
+
+def test_request_body_streams_to_upstream(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    url = _gateway(gateways, upstream)
+
+    def body():  # type: ignore[no-untyped-def]
+        for _ in range(64):
+            yield b"x" * 65536
+
+    r = httpx.post(url + "/upload", content=body())
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["bytes"] == 64 * 65536
+    assert doc["chunks"] > 1  # arrived in pieces, not as one buffered body
+
+
+def test_response_streams_before_upstream_finishes(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    url = _gateway(gateways, upstream)
+    with httpx.stream("GET", url + "/stream/3", timeout=5) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]
+        assert got == ["chunk0", "chunk1", "chunk2"]  # while the upstream still holds the rest
+        httpx.get(upstream.url + "/release/stream")
+        assert list(lines) == ["end"]
+
+
+def test_refused_upstream_is_502_status(gateways: list[ServerThread]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gw = start_gateway({"upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF})
+    gateways.append(gw)
+    r = httpx.get(gw.url + "/x")
+    assert r.status_code == 502
+    doc = r.json()
+    assert doc["kind"] == "Status" and doc["code"] == 502 and "connect" in doc["message"]
+
+
+def test_upstream_timeout_is_504_status(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    url = _gateway(gateways, upstream, proxy={"readTimeout": "200ms"})
+    r = httpx.get(url + "/hold/slow", timeout=5)
+    httpx.get(upstream.url + "/release/slow")
+    assert r.status_code == 504
+    doc = r.json()
+    assert doc["reason"] == "Timeout" and doc["code"] == 504
+    metrics = httpx.get(url + "/metrics").text
+    assert 'gateway_upstream_errors_total{kind="timeout"' in metrics
+
+
+class _Fixed:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def test_status_body_helper_is_valid_json() -> None:
+    from gateway.http.status import status_body
+
+    doc = json.loads(status_body(429, "slow down"))
+    assert doc == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "slow down", "reason": "TooManyRequests", "code": 429,
+    }  # fmt: skip
