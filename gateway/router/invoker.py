@@ -405,10 +405,12 @@ class Invoker:
         return result
 
     # ---- lease ---------------------------------------------------------------------------
-    async def register(self) -> None:
+    async def register(self) -> float:
+        """Register (again), offering the containers held: a restarted manager adopts them."""
         data = await self.manager.register(self.settings.router_id, self.url, list(self.pool.by_id))
         self._sync(data)
         self.registered.set()
+        return float(data.get("lease_seconds", 10.0))
 
     def _sync(self, data: dict[str, Any]) -> None:
         for item in data.get("containers", []):
@@ -429,6 +431,9 @@ class Invoker:
                 continue
             except ManagerUnavailable as exc:
                 log.warning("manager unavailable: %s", exc)
+                lease = 1.0
+            except Exception:  # the lease must outlive any surprise
+                log.exception("lease renewal failed")
                 lease = 1.0
             await asyncio.sleep(max(0.05, lease / 3))
 

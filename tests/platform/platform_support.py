@@ -64,13 +64,13 @@ class Platform:
         self.manager: Proc | None = None
         self.routers: dict[str, Proc] = {}
 
-    def start_manager(self, *extra: str) -> Proc:
+    def start_manager(self, *extra: str, port: int = 0) -> Proc:
         self.manager = Proc(
             [
                 "manager",
                 "serve",
                 "--listen",
-                "127.0.0.1:0",
+                f"127.0.0.1:{port}",
                 "--state-dir",
                 str(self.state),
                 "--grace-seconds",

@@ -1,0 +1,121 @@
+"""Manager restart during warm traffic, upgrade drains per eviction.safe, evict API, pause."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+
+
+def proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def test_manager_restart_keeps_warm_traffic(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    platform.start_manager("--keep-containers", "--lease-seconds", "1")
+    r = platform.start_router("r1")
+    await put_action(client, r, "warm", SLOW)
+    cid = annotation((await invoke(client, r, "warm", {"sleep": 0})).json(), "container")
+    assert platform.manager is not None
+    port = int(platform.manager.url.rsplit(":", 1)[1])
+    platform.manager.stop()
+    # the manager is down: warm invocations keep working (it is off the hot path)
+    for _ in range(5):
+        resp = await invoke(client, r, "warm", {"sleep": 0})
+        assert resp.status_code == 200 and annotation(resp.json(), "container") == cid
+    platform.start_manager("--keep-containers", "--lease-seconds", "1", port=port)
+    # the new manager recovers the container; the router re-registers and reclaims it
+    for _ in range(200):
+        found = {c["id"]: c for c in await manager_containers(client, platform)}
+        if found.get(cid, {}).get("owner") == "r1":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"container not recovered: {found}")
+    resp = await invoke(client, r, "warm", {"sleep": 0})
+    assert resp.status_code == 200 and annotation(resp.json(), "container") == cid
+
+
+@pytest.mark.parametrize(
+    ("safe", "completes"), [("Never", True), ("OnUpgrade", False), ("Always", False)]
+)
+async def test_drain_per_eviction_policy(
+    platform: Platform, client: httpx.AsyncClient, safe: str, completes: bool
+) -> None:
+    """Never: the drain waits for the busy activation; OnUpgrade/Always: SIGTERM after the
+    grace period (1 s here), so a 3 s activation is cut short."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "job", SLOW, eviction={"safe": safe})
+    await invoke(client, r, "job", {"sleep": 0})
+    running = asyncio.ensure_future(invoke(client, r, "job", {"sleep": 3}))
+    await asyncio.sleep(0.3)
+    assert platform.manager is not None
+    drain = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway", "manager", "drain", "--manager", platform.manager.url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert drain.returncode == 0, drain.stderr
+    expected = "when-idle" if safe == "Never" else "graceful-stop"
+    assert expected in drain.stdout
+    resp = await running
+    assert (resp.status_code == 200) is completes, resp.text
+    assert await manager_containers(client, platform) == []
+
+
+@pytest.mark.parametrize(
+    ("safe", "reason", "allowed"),
+    [
+        ("Never", "space", False),
+        ("Never", "scale-down", False),
+        ("OnUpgrade", "space", False),
+        ("OnUpgrade", "scale-down", False),
+        ("OnUpgrade", "upgrade", True),
+        ("Always", "scale-down", True),
+    ],
+)
+async def test_evict_api_follows_the_table(
+    platform: Platform, client: httpx.AsyncClient, safe: str, reason: str, allowed: bool
+) -> None:
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "e", SLOW, eviction={"safe": safe})
+    cid = annotation((await invoke(client, r, "e", {"sleep": 0})).json(), "container")
+    assert platform.manager is not None
+    resp = await client.post(
+        f"{platform.manager.url}/v1/containers/{cid}/evict", json={"reason": reason}
+    )
+    assert (resp.status_code == 200) is allowed, resp.text
+    remaining = {c["id"] for c in await manager_containers(client, platform)}
+    assert (cid in remaining) is not allowed
+    if not allowed:
+        assert f"eviction.safe={safe}" in resp.json()["error"]
+
+
+async def test_idle_container_is_paused_and_resumed(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    platform.start_manager()
+    r = platform.start_router("r1", "--pause-grace", "0.2")
+    await put_action(client, r, "p", SLOW)
+    await invoke(client, r, "p", {"sleep": 0})
+    (c,) = await manager_containers(client, platform)
+    pid = c["agent"]["pid"]
+    for _ in range(100):
+        if proc_state(pid) == "T":
+            break
+        await asyncio.sleep(0.02)
+    assert proc_state(pid) == "T"  # stopped by SIGSTOP
+    resp = await invoke(client, r, "p", {"sleep": 0})
+    assert resp.status_code == 200 and annotation(resp.json(), "container") == c["id"]
+    assert proc_state(pid) in ("S", "R", "T")  # resumed for the run (and maybe paused again)
