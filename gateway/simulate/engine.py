@@ -52,17 +52,28 @@ class ClientRun:
     executing: int = 0
 
     @property
-    def demand_seat_seconds(self) -> float:
-        """Seat-seconds this client would use over the run if it never waited."""
+    def demand(self) -> float:
+        """Seats this client keeps busy while active if it never waits."""
         spec = self.spec
         if spec.closed_loop:
             busy = spec.threads * spec.service_time / (spec.service_time + spec.think_time)
-            per_run = busy * (spec.stop - spec.start)
-            if spec.calls is not None:
-                per_run = min(per_run, spec.threads * spec.calls * spec.service_time)
         else:
-            per_run = spec.rate * spec.service_time * (spec.stop - spec.start)
-        return self.work.initial_seats * per_run
+            busy = spec.rate * spec.service_time
+        return self.work.initial_seats * busy
+
+    @property
+    def active(self) -> tuple[float, float]:
+        """When the client asks for seats; a closed loop with ``calls`` stops once they are done."""
+        spec = self.spec
+        stop = spec.stop
+        if spec.closed_loop and spec.calls is not None:
+            stop = min(stop, spec.start + spec.calls * (spec.service_time + spec.think_time))
+        return spec.start, stop
+
+    @property
+    def demand_seat_seconds(self) -> float:
+        start, stop = self.active
+        return self.demand * (stop - start)
 
 
 @dataclass(slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -32,23 +33,46 @@ def _flow_key(client: ClientRun) -> Hashable:
     return ""
 
 
+def _limit_steps(run: LevelRun) -> list[tuple[float, int]]:
+    """(from time, current limit) steps: the start-up limit, then each adjustment."""
+    return [(0.0, run.initial_cl), *((s.time, s.current_cl) for s in run.limits)]
+
+
 def fair_share_by_client(result: SimulationResult) -> dict[str, float]:
-    """Each client's max-min fair share of its level's (time-averaged) limit, in seats."""
+    """Each client's max-min fair share of its level's limit in seats, averaged over the run.
+
+    The run is cut where anything changes (a client starts or stops, borrowing moves the limit);
+    within each piece the limit is divided max-min fairly among the clients active then."""
     duration = result.traffic.duration
     by_level: dict[str, list[ClientRun]] = {}
     for client in result.clients:
         by_level.setdefault(client.classification.priority_level, []).append(client)
     out: dict[str, float] = {}
     for name, clients in by_level.items():
-        demands = [c.demand_seat_seconds / duration for c in clients]
         run = result.levels[name]
         if run.level.exempt:
-            shares = demands
-        else:
-            capacity = run.limit_seconds / duration
-            shares = fair_shares(demands, [_flow_key(c) for c in clients], capacity)
-        for client, share in zip(clients, shares, strict=True):
-            out[client.spec.name] = share
+            for c in clients:
+                out[c.spec.name] = c.demand_seat_seconds / duration
+            continue
+        steps = _limit_steps(run)
+        cuts = {0.0, duration, *(t for t, _ in steps)}
+        for c in clients:
+            cuts.update(min(t, duration) for t in c.active)
+        points = sorted(cuts)
+        flows = [_flow_key(c) for c in clients]
+        totals = [0.0] * len(clients)
+        step = 0
+        for begin, end in itertools.pairwise(points):
+            while step + 1 < len(steps) and steps[step + 1][0] <= begin:
+                step += 1
+            demands = [
+                c.demand if c.active[0] <= begin and end <= c.active[1] else 0.0 for c in clients
+            ]
+            shares = fair_shares(demands, flows, steps[step][1])
+            for i, share in enumerate(shares):
+                totals[i] += share * (end - begin)
+        for c, total in zip(clients, totals, strict=True):
+            out[c.spec.name] = total / duration
     return out
 
 

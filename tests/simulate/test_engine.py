@@ -177,6 +177,25 @@ def test_two_equal_elephants_split_the_level_and_a_mouse_gets_its_demand(
     assert sum(c["avgExecutingSeats"] for c in (e1, e2, mouse)) <= 95
 
 
+def test_fair_share_follows_clients_arriving_mid_run(tenants_config: ConfigSet) -> None:
+    data = {
+        "duration": "60s",
+        "serverConcurrencyLimit": 100,
+        "clients": [
+            client("early", "alice", threads=100, serviceTime="1s"),
+            client("late", "bob", threads=100, serviceTime="1s", start="30s"),
+        ],
+    }
+    out = run(data, tenants_config)["clients"]
+    early, late = out["early"], out["late"]
+    # Alone for 30 s (all 95 seats), then half each for 30 s.
+    assert early["fairShare"] == pytest.approx((95 * 30 + 47.5 * 30) / 60)
+    assert late["fairShare"] == pytest.approx(47.5 * 30 / 60)
+    assert late["demandSeats"] == pytest.approx(50.0)
+    for c in (early, late):
+        assert c["avgExecutingSeats"] == pytest.approx(c["fairShare"], rel=MARGIN)
+
+
 def test_limits_per_adjustment_period_show_borrowing() -> None:
     data = {
         "duration": "60s",
