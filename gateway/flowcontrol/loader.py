@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +28,7 @@ from gateway.flowcontrol.defaulting import (
 )
 from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, not_supported
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
-from gateway.flowcontrol.serialize import (
-    flow_schema_from_dict,
-    fs_spec_from_dict,
-    pl_spec_from_dict,
-    priority_level_from_dict,
-)
+from gateway.flowcontrol.serialize import flow_schema_from_dict, priority_level_from_dict
 from gateway.flowcontrol.validation import validate_flow_schema, validate_priority_level
 
 GROUP = "flowcontrol.apiserver.k8s.io"
@@ -91,9 +86,14 @@ def _files(paths: Sequence[str | os.PathLike[str]], errors: list[ConfigError]) -
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
+            try:
+                entries = list(p.iterdir())
+            except OSError as exc:
+                errors.append(ConfigError(str(p), None, "", "", "", f"cannot list: {exc}"))
+                continue
             files += sorted(
                 f
-                for f in p.iterdir()
+                for f in entries
                 if f.is_file() and f.suffix in EXTENSIONS and not f.name.startswith(".")
             )
         elif p.is_file():
@@ -270,7 +270,7 @@ def build_config(
             obj, schema.FLOW_SCHEMA if fs_kind else schema.PRIORITY_LEVEL, "", field_errs
         )
         if not field_errs:
-            differs = _fixed_spec_differs(fs_kind) if fixed_specs else _never
+            differs = _fixed_check(fs_kind) if fixed_specs else _never
             if fs_kind:
                 clean = default_flow_schema(clean)
                 field_errs = validate_flow_schema(clean, differs)
@@ -305,27 +305,11 @@ def build_config(
     return ConfigSet(tuple(fss), tuple(pls))
 
 
-def _never(name: str, spec: Mapping[str, Any]) -> bool:
-    return False
-
-
-def _fixed_spec_differs(fs_kind: bool) -> Callable[[str, Mapping[str, Any]], bool]:
+def _fixed_check(fs_kind: bool) -> Callable[[str, Mapping[str, Any]], bool]:
     from gateway.flowcontrol import bootstrap
 
-    def differs(name: str, spec: Mapping[str, Any]) -> bool:
-        fixed = bootstrap.mandatory()
-        try:
-            if fs_kind:
-                want_fs = fixed.flow_schema(name)
-                return want_fs is None or fs_spec_from_dict(spec) != want_fs.spec
-            want_pl = fixed.priority_level(name)
-            have = pl_spec_from_dict(spec)
-        except (KeyError, ValueError, TypeError):
-            return True
-        if want_pl is None:
-            return True
-        if name == "exempt":  # an admin may change spec.exempt of PL exempt
-            have = replace(have, exempt=want_pl.spec.exempt)
-        return have != want_pl.spec
+    return bootstrap.flow_schema_spec_differs if fs_kind else bootstrap.priority_level_spec_differs
 
-    return differs
+
+def _never(name: str, spec: Mapping[str, Any]) -> bool:
+    return False

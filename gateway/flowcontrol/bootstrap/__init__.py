@@ -9,9 +9,13 @@ their defaulted form, each with ``apf.kubernetes.io/autoupdate-spec: "true"``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
+from typing import Any
 
 from gateway.flowcontrol.configset import ConfigSet
+from gateway.flowcontrol.serialize import fs_spec_from_dict, pl_spec_from_dict
 
 MANDATORY_FILE = "mandatory.yaml"
 SUGGESTED_FILE = "suggested.yaml"
@@ -42,3 +46,28 @@ def defaults() -> ConfigSet:
     """Mandatory + suggested: what a fresh cluster has."""
     m, s = mandatory(), suggested()
     return ConfigSet(m.flow_schemas + s.flow_schemas, m.priority_levels + s.priority_levels)
+
+
+def flow_schema_spec_differs(name: str, spec: Mapping[str, Any]) -> bool:
+    """Whether a defaulted wire-form spec differs from mandatory FlowSchema ``name``'s fixed spec
+    (semantic equality: an empty list equals an absent one)."""
+    want = mandatory().flow_schema(name)
+    try:
+        return want is None or fs_spec_from_dict(spec) != want.spec
+    except (KeyError, ValueError, TypeError):  # not even representable: certainly different
+        return True
+
+
+def priority_level_spec_differs(name: str, spec: Mapping[str, Any]) -> bool:
+    """Like ``flow_schema_spec_differs``; for ``exempt`` the ``spec.exempt`` field is ignored,
+    since an admin may change it."""
+    want = mandatory().priority_level(name)
+    try:
+        have = pl_spec_from_dict(spec)
+    except (KeyError, ValueError, TypeError):
+        return True
+    if want is None:
+        return True
+    if name == "exempt":
+        have = replace(have, exempt=want.spec.exempt)
+    return have != want.spec
