@@ -58,14 +58,20 @@ class Model:
         assert qs.tot_requests_executing == len(executing)
         assert qs.tot_requests_waiting == len(waiting)
         assert qs.tot_seats_waiting == sum(t.req.max_seats for t in waiting)
-        # The seat limit, and its one documented exception.
+        # The seat limit, and its one documented exception: a request wider than the limit
+        # starts only when no other request is executing, and then runs alone (seats still
+        # held by earlier requests' additional latency do not count, as in Kubernetes).
         wide = [t for t in holders if t.width > limit]
-        if in_use > limit:
-            assert len(wide) == 1, f"{in_use} seats in use over limit {limit}"
-            others = [t for t in holders if t is not wide[0]]
-            assert sum(t.req.max_seats for t in others) <= limit
-            started_later = [t for t in executing if t.req.start_time > wide[0].req.start_time]
-            assert not started_later, "a request started while a too-wide one held seats"
+        narrow = [t for t in holders if t.width <= limit]
+        assert sum(t.req.max_seats for t in narrow) <= limit, "narrow requests over the limit"
+        if not wide:
+            assert in_use <= limit
+        wide_running = [t for t in executing if t.width > limit]
+        if wide_running:
+            assert executing == wide_running[:1], "a too-wide request did not run alone"
+        if qs.desired_num_queues > 0:
+            # Queued levels dispatch only below the limit, so a wide tail blocks the next one.
+            assert len(wide) <= 1
         # Per-queue sums.
         for queue in qs.queues:
             queued = [t.req for t in waiting if t.req.queue is queue]
@@ -146,7 +152,7 @@ def _do(model: Model, op: tuple[Any, ...]) -> None:
         clock.advance(float(op[1]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(queue_configs(), operations)
 def test_seat_limit_and_counters(
     config: tuple[int, int, int, int], ops: list[tuple[Any, ...]]
