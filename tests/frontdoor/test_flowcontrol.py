@@ -1,0 +1,216 @@
+"""APF in front of a real upstream: admission, the three rejection reasons plus cancellation,
+exempt isolation, watches, debug access and headers. The core runs on a fake clock that the
+test advances, so the time-out case needs no sleeping."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.server import Gateway
+from gateway.testing import FakeEventClock
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+
+CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
+TEXT_429 = "Too many requests, please try again later.\n"
+ADMIN = {"Authorization": "Bearer admin-token"}
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(8) as ex:
+        yield ex
+
+
+@pytest.fixture
+def gw(
+    upstream: ServerThread, gateways: list[ServerThread], tmp_path: Path
+) -> Iterator[ServerThread]:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('admin-token,admin,1,"system:masters"\nuser-token,alice,2,"dev"\n')
+    server = start_gateway(
+        {"upstreams": [{"url": upstream.url}], "authentication": {"tokenAuthFile": str(tokens)}},
+        [CONFIG],
+        clock=lambda loop: FakeEventClock(start=1000.0),
+    )
+    gateways.append(server)
+    yield server
+
+
+def level_state(gw: ServerThread, name: str) -> dict[str, int]:
+    app: Gateway = gw.app
+    assert app.controller is not None
+    qs = app.controller.levels[name].qs
+    return gw.call(
+        lambda: {
+            "waiting": qs.tot_requests_waiting,
+            "executing": qs.tot_requests_executing,
+            "seats": qs.tot_seats_in_use,
+        }
+    )
+
+
+def metric(gw: ServerThread, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return 0.0
+
+
+def hold(
+    pool: ThreadPoolExecutor, gw: ServerThread, path: str, **kw: Any
+) -> Future[httpx.Response]:
+    return pool.submit(httpx.get, gw.url + path, timeout=10, **kw)
+
+
+def test_headers_on_success(gw: ServerThread) -> None:
+    r = httpx.get(gw.url + "/queue/echo")
+    assert r.status_code == 200
+    assert r.headers["x-kubernetes-pf-flowschema-uid"]
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    assert (
+        r.headers["x-kubernetes-pf-flowschema-uid"]
+        != r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    )
+
+
+def test_concurrency_limit_rejects_with_retry_after(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    first = hold(pool, gw, "/reject/hold/a")
+    wait_until(lambda: "a" in holding(upstream))
+    r = httpx.get(gw.url + "/reject/echo")
+    assert r.status_code == 429
+    assert r.text == TEXT_429
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    httpx.get(upstream.url + "/release/a")
+    assert first.result().status_code == 200
+    assert metric(gw, "apiserver_flowcontrol_rejected_requests_total", flow_schema="reject-fs",
+                  priority_level="tiny-reject", reason="concurrency-limit") == 1  # fmt: skip
+    assert level_state(gw, "tiny-reject")["seats"] == 0
+
+
+def test_queue_full_time_out_and_cancel_leave_no_seat_behind(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    running = hold(pool, gw, "/queue/hold/a")
+    wait_until(lambda: "a" in holding(upstream))
+    queued = hold(pool, gw, "/queue/hold/b")
+    wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
+
+    full = httpx.get(gw.url + "/queue/echo")
+    assert full.status_code == 429 and full.text == TEXT_429
+
+    # The queued request's wait limit is 15 s (request timeout 60 s / 4) on the fake clock.
+    clock: FakeEventClock = gw.app.clock
+    gw.call(lambda: clock.advance(14.0))
+    assert level_state(gw, "tiny-queue")["waiting"] == 1
+    gw.call(lambda: clock.advance(2.0))
+    timed_out = queued.result()
+    assert timed_out.status_code == 429 and int(timed_out.headers["retry-after"]) >= 1
+
+    # A client that disconnects while queued leaves the queue.
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.sendall(b"GET /queue/echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
+    wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 0)
+
+    httpx.get(upstream.url + "/release/a")
+    assert running.result().status_code == 200
+    assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 0, "seats": 0}
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    labels = {"flow_schema": "queue-fs", "priority_level": "tiny-queue"}
+    rejected = "apiserver_flowcontrol_rejected_requests_total"
+    assert metric(gw, rejected, reason="queue-full", **labels) == 1
+    assert metric(gw, rejected, reason="time-out", **labels) == 1
+    assert metric(gw, rejected, reason="cancelled", **labels) == 1
+    assert metric(gw, "apiserver_flowcontrol_current_inqueue_requests", **labels) == 0
+
+
+def test_exempt_traffic_passes_a_saturated_level(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    running = hold(pool, gw, "/queue/hold/a")
+    wait_until(lambda: "a" in holding(upstream))
+    queued = hold(pool, gw, "/queue/hold/b")
+    wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
+    assert httpx.get(gw.url + "/queue/echo").status_code == 429
+    r = httpx.get(gw.url + "/queue/echo", headers=ADMIN, timeout=3)
+    assert r.status_code == 200
+    exempt_uid = r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    assert exempt_uid != running_uid(gw)
+    httpx.get(upstream.url + "/release/a")
+    httpx.get(upstream.url + "/release/b")
+    assert running.result().status_code == 200 and queued.result().status_code == 200
+
+
+def running_uid(gw: ServerThread) -> str:
+    return str(httpx.get(gw.url + "/queue/echo").headers.get("x-kubernetes-pf-prioritylevel-uid"))
+
+
+def test_watch_gives_its_seat_back_after_the_first_chunk(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    with httpx.stream("GET", gw.url + "/api/v1/watch/namespaces/ns/stream/1", timeout=5) as w:
+        assert w.headers["x-kubernetes-pf-prioritylevel-uid"]
+        assert next(w.iter_lines()) == "chunk0"
+        # Same one-seat level; would queue forever (fake clock) if the watch still held it.
+        r = httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3)
+        assert r.status_code == 200
+        httpx.get(upstream.url + "/release/stream")
+    assert metric(gw, "apiserver_flowcontrol_request_execution_seconds_count",
+                  priority_level="tiny-queue", type="watch") == 1  # fmt: skip
+
+
+def test_non_watch_long_running_bypasses_flow_control(gw: ServerThread) -> None:
+    r = httpx.get(gw.url + "/api/v1/namespaces/ns/pods/p/exec")
+    assert r.status_code == 200
+    assert "x-kubernetes-pf-flowschema-uid" not in r.headers
+
+
+def test_status_body_when_asked(upstream: ServerThread, gateways: list[ServerThread],
+                                pool: ThreadPoolExecutor) -> None:  # fmt: skip
+    gw = start_gateway(
+        {"upstreams": [{"url": upstream.url}], "tooManyRequestsBody": "status"}, [CONFIG]
+    )
+    gateways.append(gw)
+    first = hold(pool, gw, "/reject/hold/s")
+    wait_until(lambda: "s" in holding(upstream))
+    r = httpx.get(gw.url + "/reject/echo")
+    httpx.get(upstream.url + "/release/s")
+    first.result()
+    assert r.status_code == 429
+    doc = r.json()
+    assert doc["kind"] == "Status" and doc["reason"] == "TooManyRequests"
+    assert "tiny-reject" in doc["message"] and "concurrency-limit" in doc["message"]
+
+
+def test_debug_dumps_only_for_allowed_groups(gw: ServerThread) -> None:
+    base = gw.url + "/debug/api_priority_and_fairness/"
+    assert httpx.get(base + "dump_priority_levels").status_code == 403
+    assert httpx.get(base + "dump_queues", headers={"Authorization": "Bearer user-token"}
+                     ).status_code == 403  # fmt: skip
+    r = httpx.get(base + "dump_priority_levels", headers=ADMIN)
+    assert r.status_code == 200 and r.text.startswith("PriorityLevelName")
+    assert "tiny-queue" in r.text
+    assert httpx.get(base + "dump_queues", headers=ADMIN).text.startswith("PriorityLevelName")
+    detailed = httpx.get(base + "dump_requests?includeRequestDetails=1", headers=ADMIN).text
+    assert "UserName" in detailed.splitlines()[0]
+
+
+def test_invalid_token_is_401_status(gw: ServerThread) -> None:
+    r = httpx.get(gw.url + "/queue/echo", headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401
+    assert r.json()["reason"] == "Unauthorized"
