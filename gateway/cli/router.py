@@ -11,6 +11,12 @@ import sys
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("router", help="a ContainerRouter (OpenWhisk action API)")
     parser.add_argument("--listen", default="127.0.0.1:7080", help="HOST:PORT (port 0: any)")
+    parser.add_argument(
+        "--shared-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the API on this port, shared with other routers (SO_REUSEPORT)",
+    )
     parser.add_argument("--manager", default="http://127.0.0.1:7071", help="manager URL")
     parser.add_argument(
         "--store", default="sqlite:///.apf-gateway/platform.db", help="store URL (sqlite/postgres)"
@@ -48,6 +54,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         host, port = parse_listen(args.listen)
         sock = bind(host, port)
+        shared = []
+        if args.shared_listen:
+            shared_host, shared_port = parse_listen(args.shared_listen)
+            shared.append(bind(shared_host, shared_port, reuse_port=True))
         router = Router(
             RouterSettings(
                 router_id=args.id or f"{socket.gethostname()}-{os.getpid()}",
@@ -73,5 +83,5 @@ def _run(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
-    asyncio.run(serve_until_signal(build_app(router, url_of(sock)), sock))
+    asyncio.run(serve_until_signal(build_app(router, url_of(sock)), sock, *shared))
     return 0

@@ -24,10 +24,14 @@ def parse_listen(value: str, default_port: int = 0) -> tuple[str, int]:
     return host, int(port)
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket; ``reuse_port`` lets several processes share the port (the kernel
+    spreads connections over them), which is how ``apf-gateway up`` fronts N routers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(1024)
     sock.setblocking(False)
@@ -39,11 +43,14 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def serve_until_signal(app: web.Application, sock: socket.socket) -> None:
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+async def serve_until_signal(
+    app: web.Application, sock: socket.socket, *more: socket.socket
+) -> None:
+    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
     await runner.setup()
-    site = web.SockSite(runner, sock, shutdown_timeout=30.0)
-    await site.start()
+    for s in (sock, *more):
+        await web.SockSite(runner, s).start()
     print(f"LISTENING {url_of(sock)}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
