@@ -126,5 +126,12 @@ def validate_metadata(meta: Mapping[str, Any]) -> list[FieldError]:
     if meta.get("namespace"):
         errs.append(FieldError(FORBIDDEN, "metadata.namespace", detail="not allowed on this type"))
     if meta.get("generation", 0) < 0:
-        errs.append(FieldError(INVALID, "metadata.generation", meta["generation"], "must be >= 0"))
+        errs.append(
+            FieldError(
+                INVALID,
+                "metadata.generation",
+                meta["generation"],
+                "must be greater than or equal to 0",
+            )
+        )
     return errs

@@ -52,6 +52,7 @@ METADATA = Obj(
         "generateName": "string",
         "namespace": "string",
         "selfLink": "string",
+        "clusterName": "string",  # in dumps from clusters before 1.25
         "uid": "string",
         "resourceVersion": "string",
         "generation": "int64",

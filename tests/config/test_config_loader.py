@@ -354,3 +354,11 @@ def test_any_garbage_gives_config_errors_never_a_traceback(
             load_text(text)
         except ConfigErrors as exc:
             assert exc.errors and all(str(e) for e in exc.errors)
+
+
+def test_negative_generation_is_invalid() -> None:
+    doc = fs_doc("f")
+    doc["metadata"]["generation"] = -1
+    assert _errors(dump(doc), "x.yaml") == [
+        'x.yaml: document 1 (FlowSchema "f"): metadata.generation: Invalid value: -1: must be greater than or equal to 0'
+    ]
