@@ -5,12 +5,15 @@ controller's Dangling condition."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from config_testlib import dump, pl_doc
 
 from gateway.flowcontrol import bootstrap
 from gateway.flowcontrol.configset import ConfigSet
 from gateway.flowcontrol.ensure import dangling, ensure, parse_bool, with_status
+from gateway.flowcontrol.loader import load_paths
 from gateway.flowcontrol.objects import (
     AUTOUPDATE_ANNOTATION,
     ExemptPriorityLevelConfiguration,
@@ -222,3 +225,22 @@ def test_status_is_only_rewritten_when_it_changes() -> None:
     gone = with_status(replace(config, priority_levels=()), now="t3")
     cond = gone.flow_schemas[0].conditions[-1]
     assert (cond.status, cond.reason, cond.last_transition_time) == ("True", "NotFound", "t3")
+
+
+@pytest.mark.parametrize(("annotation", "kept"), [("false", True), ("true", False), (None, False)])
+def test_file_redefining_a_suggested_level(
+    tmp_path: Path, annotation: str | None, kept: bool
+) -> None:
+    doc = pl_doc(
+        "global-default",
+        limited={"nominalConcurrencyShares": 7, "limitResponse": {"type": "Reject"}},
+    )
+    if annotation is not None:
+        doc["metadata"]["annotations"] = {KEY: annotation}
+    (tmp_path / "mine.yaml").write_text(dump(doc))
+    config = ensure(load_paths([tmp_path])).config
+    pl = config.priority_level("global-default")
+    assert pl is not None
+    assert (pl.spec.limited is not None and pl.spec.limited.nominal_concurrency_shares == 7) is kept
+    assert pl.metadata.annotation(KEY) == ("false" if kept else "true")
+    assert len(config.priority_levels) == len(bootstrap.defaults().priority_levels)
