@@ -100,7 +100,7 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
             errors.append(f"{label}: expected a mapping, got {type(value).__name__}")
             return None
         hints = typing.get_type_hints(tp)
-        fields = {_camel(f.name): f for f in dataclasses.fields(tp)}
+        fields = {f.metadata.get("yaml") or _camel(f.name): f for f in dataclasses.fields(tp)}
         for key in value:
             if key not in fields:
                 errors.append(f"{_join(path, str(key))}: unknown field")

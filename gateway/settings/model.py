@@ -31,7 +31,7 @@ class RouteTemplateSettings:
 
 @dataclass(frozen=True, slots=True)
 class RequestHeaderSettings:
-    allowed_cidrs: tuple[str, ...] = ()
+    allowed_cidrs: tuple[str, ...] = field(default=(), metadata={"yaml": "allowedCIDRs"})
     username_headers: tuple[str, ...] = ("X-Remote-User",)
     group_headers: tuple[str, ...] = ("X-Remote-Group",)
     extra_header_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
