@@ -179,6 +179,11 @@ class LocalProcessBackend:
 
     async def pause(self, handle: ContainerHandle) -> None:
         self._signal(handle, signal.SIGSTOP)
+        pid = int(handle.data["pid"])
+        for _ in range(1000):  # the stop is delivered asynchronously: return once it took
+            if _proc_state(pid) in ("T", None):
+                return
+            await asyncio.sleep(0.001)
 
     async def resume(self, handle: ContainerHandle) -> None:
         self._signal(handle, signal.SIGCONT)

@@ -1,0 +1,175 @@
+"""A container spec rendered as a Pod body (a plain dict, validated in tests against the
+Kubernetes schemas).
+
+The manager's opaque labels (``role``, ``kind``, ``memory``, ``action`` as JSON) are not valid
+Kubernetes label values, so they travel in the annotation ``apf-gateway.dev/labels``; the Pod's
+Kubernetes labels are derived from them and sanitised (action, namespace, role, router).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.manager.backends.base import ContainerSpec
+from gateway.manager.backends.k8s.eviction import apply_eviction
+from gateway.manager.backends.k8s.options import K8sOptions
+from gateway.platform.actions import EvictionSafe
+
+DOMAIN = "apf-gateway.dev"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "apf-gateway-manager"
+INSTANCE_LABEL = f"{DOMAIN}/manager"
+CONTAINER_LABEL = f"{DOMAIN}/container"
+LABELS_ANNOTATION = f"{DOMAIN}/labels"
+CONTAINER_NAME = "runtime"
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    name: str
+    uid: str
+
+
+def label_value(text: str) -> str:
+    """A valid label value that still reads like ``text`` (hash-suffixed when changed)."""
+    if len(text) <= 63 and _LABEL_VALUE.match(text):
+        return text
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")[:52].strip("-_.")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def selector(options: K8sOptions) -> dict[str, str]:
+    """The labels every pod of this manager has (list/watch select on them)."""
+    return {MANAGED_BY: MANAGED_BY_VALUE, INSTANCE_LABEL: label_value(options.instance)}
+
+
+def derived_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Kubernetes labels from the manager's opaque labels."""
+    out = {f"{DOMAIN}/role": label_value(labels.get("role", "action"))}
+    if "kind" in labels:
+        out[f"{DOMAIN}/kind"] = label_value(labels["kind"])
+    if "router" in labels:
+        out[f"{DOMAIN}/router"] = label_value(labels["router"])
+    action = _action(labels)
+    if action:
+        out[f"{DOMAIN}/action-namespace"] = label_value(str(action.get("namespace", "")))
+        out[f"{DOMAIN}/action"] = label_value(str(action.get("name", "")))
+    return out
+
+
+def _action(labels: dict[str, str]) -> dict[str, Any]:
+    try:
+        value = json.loads(labels.get("action", "{}"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _quantity_cpu(cores: float) -> str:
+    return f"{max(10, math.ceil(cores * 1000))}m"
+
+
+def render_pod(
+    spec: ContainerSpec, options: K8sOptions, owner: Owner | None
+) -> tuple[dict[str, Any], list[str]]:
+    """``(pod body, warnings)``."""
+    action = _action(spec.labels)
+    safe = EvictionSafe(action.get("eviction", EvictionSafe.NEVER.value))
+    template = copy.deepcopy(options.pod_template)
+    meta = template.get("metadata") or {}
+    evict = apply_eviction(safe, dict(meta.get("labels") or {}), meta.get("annotations") or {})
+    labels = {**evict.labels, **derived_labels(spec.labels), **selector(options)}
+    labels[CONTAINER_LABEL] = spec.id
+    annotations = {**evict.annotations, LABELS_ANNOTATION: json.dumps(spec.labels)}
+    image = str(action.get("image") or "")
+    ours = not image
+    if ours:
+        image, ours = options.image_for(spec.kind)
+    grace = action.get("terminationGracePeriodSeconds", options.termination_grace_seconds)
+    pod_spec: dict[str, Any] = dict(template.get("spec") or {})
+    base: dict[str, Any] = next(
+        (c for c in pod_spec.get("containers") or [] if c.get("name") == CONTAINER_NAME), {}
+    )
+    pod_spec.update(
+        {
+            "containers": [_container(spec, options, image, ours, base)],
+            "restartPolicy": "Never",  # a restarted runtime would have lost its /init
+            "terminationGracePeriodSeconds": int(grace),
+            "automountServiceAccountToken": False,  # action code gets no API credentials
+            "enableServiceLinks": False,
+        }
+    )
+    metadata: dict[str, Any] = {
+        "name": spec.id,
+        "namespace": options.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": owner.name,
+                "uid": owner.uid,
+                "blockOwnerDeletion": False,
+                "controller": False,
+            }
+        ]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    return body, evict.warnings
+
+
+def _container(
+    spec: ContainerSpec, options: K8sOptions, image: str, ours: bool, base: dict[str, Any]
+) -> dict[str, Any]:
+    port = options.runtime_port
+    memory = f"{spec.memory_mb}Mi"
+    cpu = _quantity_cpu(spec.memory_mb / 1024 * options.cpu_per_gib)
+    env = [e for e in base.get("env") or [] if e.get("name") not in spec.env]
+    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    container: dict[str, Any] = {
+        **base,
+        "name": CONTAINER_NAME,
+        "image": image,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        # Guaranteed QoS: requests = limits, so node pressure evicts these pods last.
+        "resources": {
+            "requests": {"cpu": cpu, "memory": memory},
+            "limits": {"cpu": cpu, "memory": memory},
+        },
+        "readinessProbe": _probe(options, ours),
+    }
+    if ours:
+        argv = ["python", "-m", "gateway.runtime", "--host", "0.0.0.0", "--port", str(port)]
+        if spec.concurrency is not None:
+            argv += ["--concurrency", str(spec.concurrency)]
+        container["command"] = argv
+        container["securityContext"] = {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    elif spec.concurrency is not None and spec.concurrency > 1:
+        env.append({"name": "__OW_ALLOW_CONCURRENT", "value": "true"})
+    if env:
+        container["env"] = env
+    return container
+
+
+def _probe(options: K8sOptions, ours: bool) -> dict[str, Any]:
+    if ours and options.health_path:
+        check: dict[str, Any] = {"httpGet": {"path": options.health_path, "port": "http"}}
+    else:
+        # Our runtime serves only POST /init and /run; OpenWhisk images likewise.
+        check = {"tcpSocket": {"port": "http"}}
+    return {**check, "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}

@@ -1,0 +1,67 @@
+"""The local-process backend against real runtime processes."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gateway.manager.backends import load_backend
+from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
+from gateway.manager.backends.local import LocalProcessBackend
+
+
+def post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        load_backend("nope")
+    assert isinstance(load_backend("local", state_dir=tmp_path), LocalProcessBackend)
+
+
+async def test_lifecycle_and_recovery_after_restart(tmp_path: Path) -> None:
+    backend = LocalProcessBackend(tmp_path)
+    spec = ContainerSpec("c-test1", "python:3", 128, 1, {"role": "action", "x": "1"})
+    handle = await backend.create(spec)
+    try:
+        assert (await backend.status(handle)) is Status.RUNNING
+        code = "def main(a):\n    return {'n': len(bytearray(a['mb'] * 1024 * 1024))}\n"
+        assert post(handle.url + "/init", {"value": {"code": code}})[0] == 200
+        assert post(handle.url + "/run", {"value": {"mb": 1}}) == (200, {"n": 1048576})
+        # limits.memory caps the address space (2 x 128 MiB + 1 GiB): 2 GiB cannot be had
+        status, body = post(handle.url + "/run", {"value": {"mb": 2048}})
+        assert status == 502 and "MemoryError" in str(body)
+
+        await backend.pause(handle)
+        assert (await backend.status(handle)) is Status.PAUSED
+        await backend.resume(handle)
+        assert (await backend.status(handle)) is Status.RUNNING
+
+        # a new backend on the same state dir (manager restart) finds it, labels included
+        (found,) = await LocalProcessBackend(tmp_path).list()
+        assert found.id == "c-test1" and found.url == handle.url and found.labels["x"] == "1"
+        assert backend.agent(handle)["pid"] == handle.data["pid"]
+    finally:
+        await backend.remove(handle, grace=1.0)
+    assert (await backend.status(handle)) is Status.GONE
+    assert await backend.list() == []
+    await backend.remove(handle, grace=1.0)  # idempotent
+    with pytest.raises(ContainerGone):
+        await backend.pause(handle)
+    await backend.close()
+
+
+async def test_runtime_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
+    backend = LocalProcessBackend(tmp_path, python="/bin/false", start_timeout=2)
+    with pytest.raises(BackendError, match="exited"):
+        await backend.create(ContainerSpec("c-bad", "python:3"))
+    assert list((tmp_path / "containers").iterdir()) == []
