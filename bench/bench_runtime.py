@@ -80,15 +80,31 @@ uvicorn.Server(config).run(sockets=[sock])
 """
 
 
-def spawn(cmd: list[str]) -> tuple[subprocess.Popen[bytes], int]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().split()
+def spawn(cmd: list[str], *, log_file: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a server and read its ``LISTENING <port>`` line.
+
+    With ``log_file`` its stdout goes to that file (polled for the first line), so that no
+    thread of this process has to drain a pipe while latencies are measured.
+    """
+    if log_file is not None:
+        with open(log_file, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        while True:
+            with open(log_file, "rb") as f:
+                first = f.readline()
+            if first.endswith(b"\n") or proc.poll() is not None:
+                break
+            time.sleep(0.0005)
+        line = first.split()
+    else:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        # the runtime writes log sentinels after every request: an undrained pipe blocks it
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
     if not line or line[0] != b"LISTENING":
         proc.kill()
         raise SystemExit(f"{cmd} did not start")
-    # the runtime writes log sentinels after every run: an undrained pipe would block it
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
     return proc, int(line[1])
 
 
@@ -115,6 +131,8 @@ def first_response(port: int, path: str) -> None:
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()
     proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def start_time(cmd: list[str], ready_path: str) -> float:
@@ -127,7 +145,7 @@ def start_time(cmd: list[str], ready_path: str) -> float:
 
 
 def warm_runs(cmd: list[str], needs_init: bool, runs: int) -> list[float]:
-    proc, port = spawn(cmd)
+    proc, port = spawn(cmd, log_file=os.path.join(tempfile.gettempdir(), "bench_runtime.log"))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         first_response(port, "/run")
