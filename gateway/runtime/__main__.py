@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+USAGE = "usage: python -m gateway.runtime [--host H] [--port N] [--concurrency C]"
+
 
 def _parse(argv: list[str]) -> tuple[str, int, int | None]:
     """Hand-rolled: ``argparse`` costs a few ms of every cold start."""
@@ -21,7 +23,8 @@ def _parse(argv: list[str]) -> tuple[str, int, int | None]:
             print(__doc__)
             raise SystemExit(0)
         if name not in options or (not eq and not args):
-            raise SystemExit(f"usage: python -m gateway.runtime {__doc__.splitlines()[0]}")
+            sys.stderr.write(f"gateway.runtime: bad argument {flag!r}\n{USAGE}\n")
+            raise SystemExit(2)
         options[name] = inline if eq else args.pop(0)
     try:
         port = int(options["--port"])

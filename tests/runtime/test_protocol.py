@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
 import textwrap
 import zipfile
 from collections.abc import AsyncIterator
@@ -179,3 +181,14 @@ async def test_chunked_body_and_connection_close(start_runtime: StartRuntime) ->
         run = await client.post("/run", json={"value": {"k": 1}}, headers={"Connection": "close"})
         assert run.headers["connection"] == "close"
         assert run.json()["args"] == {"k": 1}
+
+
+def test_bad_command_line_is_refused() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.runtime", "--bogus", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "--bogus" in proc.stderr and "usage:" in proc.stderr
