@@ -30,6 +30,8 @@ from gateway.simulate.traffic import ClientSpec, Traffic
 from gateway.testing import FakeEventClock
 
 REJECT_REASONS = ("queue-full", "concurrency-limit", "time-out")
+# About a minute and a half of CPU at ~17 us per request; beyond that a typo is more likely.
+MAX_REQUESTS = 5_000_000
 
 
 class SimulationError(Exception):
@@ -69,6 +71,15 @@ class ClientRun:
         if spec.closed_loop and spec.calls is not None:
             stop = min(stop, spec.start + spec.calls * (spec.service_time + spec.think_time))
         return spec.start, stop
+
+    @property
+    def expected_calls(self) -> float:
+        """Calls the client makes if it never waits (an upper bound for a closed loop)."""
+        spec = self.spec
+        start, stop = self.active
+        if spec.closed_loop:
+            return spec.threads * (stop - start) / (spec.service_time + spec.think_time)
+        return spec.rate * (stop - start)
 
     @property
     def demand_seat_seconds(self) -> float:
@@ -115,6 +126,12 @@ class Simulation:
             config=config,
         )
         self.clients = [self._client(i, spec) for i, spec in enumerate(traffic.clients)]
+        expected = sum(c.expected_calls for c in self.clients)
+        if expected > MAX_REQUESTS:
+            raise SimulationError(
+                f"the traffic asks for about {expected:,.0f} requests; the simulator stops at "
+                f"{MAX_REQUESTS:,}: shorten the duration or lower rates and threads"
+            )
         # The same periodic borrowing pass the gateway runs, on the virtual clock.
         self.adjuster = BorrowingAdjuster(self.controller, self.clock, keep_history=True)
         self.levels = {

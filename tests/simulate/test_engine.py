@@ -286,3 +286,18 @@ def test_non_resource_requests_are_classified_by_path() -> None:
         ],
     }
     assert run(data)["clients"]["probe"]["flowSchema"] == "probes"
+
+
+def test_watch_is_simulated_and_runaway_traffic_is_refused() -> None:
+    data = {
+        "duration": "10s",
+        "clients": [client("watcher", "alice", verb="watch", threads=2, serviceTime="5s")],
+    }
+    watcher = run(data)["clients"]["watcher"]
+    assert watcher["verb"] == "watch" and watcher["dispatched"] == 4
+    data = {
+        "duration": "1h",
+        "clients": [client("typo", "alice", verb="get", rate="5000/s", serviceTime="1ms")],
+    }
+    with pytest.raises(SimulationError, match=r"about 18,000,000 requests"):
+        run(data)

@@ -103,6 +103,8 @@ def test_method_instead_of_verb_and_clipped_stop() -> None:
         ),
         ({"threads": 1, "start": "20s"}, 'clients[0].start (client "c"): must be before stop'),
         ({"threads": 1, "user": None}, 'clients[0].user (client "c"): required'),
+        ({"threads": 1, "verb": None}, 'clients[0].verb (client "c"): required: a verb'),
+        ({"threads": 1, "method": "FETCH"}, 'clients[0].method (client "c"): expected an HTTP'),
     ],
 )
 def test_client_errors_name_file_and_field(change: dict[str, Any], expected: str) -> None:
