@@ -143,3 +143,19 @@ async def test_closed_store_raises_store_error(store_url: str) -> None:
     s = open_store(store_url)
     with pytest.raises(StoreError, match="not open"):
         await s.get_action("guest", "a")
+
+
+async def test_concurrent_overwrites_lose_no_version(store_url: str) -> None:
+    stores = [open_store(store_url) for _ in range(2)]
+    for s in stores:
+        await s.open()
+    try:
+        await stores[0].put_action("guest", "a", action(), overwrite=False)
+        await asyncio.gather(
+            *(stores[i % 2].put_action("guest", "a", action(), overwrite=True) for i in range(20))
+        )
+        got = await stores[1].get_action("guest", "a")
+        assert got is not None and got["version"] == "0.0.21"
+    finally:
+        for s in stores:
+            await s.close()
