@@ -78,7 +78,7 @@ async def test_splitter_attributes_lines_to_their_activation(
         await client.post("/run", json={"value": {"tag": "A"}})
         await client.post("/run", json={"value": {"tag": "B", "fail": True}})
         await client.post("/run", json={"value": {"tag": "C"}})
-    init, run_a, run_b, run_c = [await logs.next() for _ in range(4)]
+    init, run_a, run_b, run_c = [await asyncio.wait_for(logs.next(), 10) for _ in range(4)]
     await logs.close()
     assert texts(init) == [("stdout", "loading module")]
     assert sorted(texts(run_a)) == [
