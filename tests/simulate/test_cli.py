@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.simulate.conftest import STRICT, TENANTS, write_traffic
+from tests.simulate.helpers import STRICT, TENANTS, write_traffic
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples" / "traffic"

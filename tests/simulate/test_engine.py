@@ -11,7 +11,7 @@ from gateway.flowcontrol import bootstrap
 from gateway.flowcontrol.configset import ConfigSet
 from gateway.flowcontrol.loader import load_paths
 from gateway.simulate import SimulationError, parse_traffic, simulate, to_json
-from tests.simulate.conftest import STRICT
+from tests.simulate.helpers import STRICT
 
 # Fairness margin, relative to the max-min fair share (Kubernetes' scenarios use 1-3%).
 MARGIN = 0.03

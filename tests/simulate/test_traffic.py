@@ -10,7 +10,7 @@ import pytest
 
 from gateway.simulate import TrafficError, load_traffic, parse_traffic
 from gateway.simulate.units import parse_duration, parse_rate
-from tests.simulate.conftest import write_traffic
+from tests.simulate.helpers import write_traffic
 
 
 @pytest.mark.parametrize(
