@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -29,6 +30,7 @@ from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
 from gateway.settings.model import GatewaySettings
+from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
 if TYPE_CHECKING:
@@ -128,6 +130,7 @@ class Gateway:
         self.app: ASGIApp = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         self.on_startup = on_startup or []
         self.background: list[asyncio.Task[Any]] = []
+        self.reloader: Reloader | None = None
 
     def _build_admission(self, loaded: LoadedConfig) -> ASGIApp:
         s = loaded.settings
@@ -212,6 +215,18 @@ class Gateway:
             self.admission.status_body = new.too_many_requests_body == "status"
         self.settings = new
 
+    def enable_reload(
+        self, loaded: LoadedConfig, paths: Sequence[str | Path], overrides: dict[str, Any]
+    ) -> Reloader:
+        """Watch ``paths`` (and credential files) from startup on; SIGHUP forces a reload."""
+        reloader = Reloader(
+            paths=paths, overrides=overrides, current=loaded, apply=self.apply,
+            on_result=self.metrics.observe_reload,
+        )  # fmt: skip
+        self.on_startup.append(lambda: reloader.start(self.settings.config_poll_interval))
+        self.reloader = reloader
+        return reloader
+
     def begin_drain(self) -> None:
         """SIGTERM: readiness turns false and queued requests are refused (429)."""
         self.lifecycle.phase = Phase.DRAINING
@@ -240,6 +255,8 @@ class Gateway:
                 self.lifecycle.phase = Phase.STOPPED
                 for task in self.background:
                     task.cancel()
+                if self.reloader is not None:
+                    await self.reloader.stop()
                 await self.transport.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -241,7 +241,6 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
 
     from gateway.server import Gateway, uvicorn_config
-    from gateway.settings.reload import Reloader
     from gateway.settings.sources import ConfigLoadError, load_config
 
     logging.basicConfig(
@@ -256,21 +255,18 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigLoadError, ValueError, OSError) as exc:
         print(f"apf-gateway serve: {exc}", file=sys.stderr)
         return 2
-    settings = loaded.settings
-    reloader = Reloader(
-        paths=args.config,
-        overrides=overrides,
-        current=loaded,
-        apply=gateway.apply,
-        on_result=gateway.metrics.observe_reload,
-    )
-    gateway.on_startup.append(lambda: reloader.start(settings.config_poll_interval))
+    gateway.enable_reload(loaded, args.config, overrides)
     config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):
+        """SIGTERM drains and exits 0 (uvicorn would re-raise the signal after shutdown)."""
+
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if sig in (signal.SIGTERM, signal.SIGINT) and not self.should_exit:
+            if not self.should_exit and sig in (signal.SIGTERM, signal.SIGINT):
                 gateway.begin_drain()
+            if sig == signal.SIGTERM:
+                self.should_exit = True
+                return
             super().handle_exit(sig, frame)
 
     server = DrainingServer(config)

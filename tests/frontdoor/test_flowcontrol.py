@@ -214,3 +214,72 @@ def test_invalid_token_is_401_status(gw: ServerThread) -> None:
     r = httpx.get(gw.url + "/queue/echo", headers={"Authorization": "Bearer nope"})
     assert r.status_code == 401
     assert r.json()["reason"] == "Unauthorized"
+
+
+# The Kubernetes flow-control documentation's observability list (31 names), plus the current
+# name of the renamed inqueue-seats gauge; each with the label names Kubernetes gives it.
+PL_FS = {"priority_level", "flow_schema"}
+PL = {"priority_level"}
+EXPECTED_LABELS = {
+    "apiserver_flowcontrol_rejected_requests_total": PL_FS | {"reason"},
+    "apiserver_flowcontrol_dispatched_requests_total": PL_FS,
+    "apiserver_flowcontrol_current_inqueue_requests": PL_FS,
+    "apiserver_flowcontrol_current_inqueue_seats": PL_FS,
+    "apiserver_flowcontrol_current_executing_requests": PL_FS,
+    "apiserver_flowcontrol_current_executing_seats": PL_FS,
+    "apiserver_flowcontrol_request_wait_duration_seconds_bucket": PL_FS | {"execute", "le"},
+    "apiserver_flowcontrol_nominal_limit_seats": PL,
+    "apiserver_current_inqueue_requests": {"request_kind"},
+    "apiserver_current_inflight_requests": {"request_kind"},
+    "apiserver_current_inqueue_seats": PL_FS,
+    "apiserver_flowcontrol_read_vs_write_current_requests_bucket": {"phase", "request_kind", "le"},
+    "apiserver_flowcontrol_request_concurrency_in_use": PL_FS,
+    "apiserver_flowcontrol_priority_level_request_utilization_bucket": PL | {"phase", "le"},
+    "apiserver_flowcontrol_priority_level_seat_utilization_bucket": PL | {"phase", "le"},
+    "apiserver_flowcontrol_request_queue_length_after_enqueue_bucket": PL_FS | {"le"},
+    "apiserver_flowcontrol_request_concurrency_limit": PL,
+    "apiserver_flowcontrol_lower_limit_seats": PL,
+    "apiserver_flowcontrol_upper_limit_seats": PL,
+    "apiserver_flowcontrol_demand_seats_bucket": PL | {"le"},
+    "apiserver_flowcontrol_demand_seats_high_watermark": PL,
+    "apiserver_flowcontrol_demand_seats_average": PL,
+    "apiserver_flowcontrol_demand_seats_stdev": PL,
+    "apiserver_flowcontrol_demand_seats_smoothed": PL,
+    "apiserver_flowcontrol_target_seats": PL,
+    "apiserver_flowcontrol_seat_fair_frac": set(),
+    "apiserver_flowcontrol_current_limit_seats": PL,
+    "apiserver_flowcontrol_request_execution_seconds_bucket": PL_FS | {"type", "le"},
+    "apiserver_flowcontrol_watch_count_samples_bucket": PL_FS | {"le"},
+    "apiserver_flowcontrol_work_estimated_seats_bucket": PL_FS | {"le"},
+    "apiserver_flowcontrol_request_dispatch_no_accommodation_total": PL_FS,
+    "apiserver_flowcontrol_epoch_advance_total": PL | {"success"},
+}
+WAIT_BUCKETS = ["0.0", "0.005", "0.02", "0.05", "0.1", "0.2", "0.5", "1.0", "2.0", "5.0",
+                "10.0", "15.0", "30.0", "+Inf"]  # fmt: skip
+
+
+def test_every_kubernetes_metric_is_exported_with_its_labels(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    assert httpx.get(gw.url + "/reject/echo").status_code == 200
+    text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
+    labels: dict[str, set[str]] = {}
+    buckets: list[str] = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels.setdefault(s.name, set()).update(s.labels)
+            if s.name == "apiserver_flowcontrol_request_wait_duration_seconds_bucket" and (
+                s.labels["flow_schema"] == "queue-fs" and s.labels["execute"] == "true"
+            ):
+                buckets.append(s.labels["le"])
+    assert len(EXPECTED_LABELS) == 32
+    missing = sorted(set(EXPECTED_LABELS) - set(labels))
+    assert not missing, missing
+    for name, expected in EXPECTED_LABELS.items():
+        assert labels[name] == expected, name
+    assert buckets == WAIT_BUCKETS
+    # Proxy metrics ride along.
+    assert "gateway_upstream_request_duration_seconds_bucket" in labels
