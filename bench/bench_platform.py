@@ -1,0 +1,330 @@
+"""Platform benchmark: warm invoke overhead, cold starts, pause/resume. Run by hand:
+
+    .venv/bin/python bench/bench_platform.py [--rounds 5] [--requests 300] [--colds 10]
+
+Everything runs on 127.0.0.1 as real processes (manager, router, front door, runtimes);
+the client is one sequential aiohttp session, so latencies are per request with no queueing.
+
+1. Warm invoke, interleaved per round (A B C): the runtime's ``/run`` called directly (a
+   separate, initialized runtime process), the same action through a router, and through
+   front door + router. Added p50 = p50(variant) - p50(direct) in the same round.
+2. Cold start (create + init + first run, client-observed, blocking invoke of a new action):
+   a manager without stem cells vs one with ``--prewarm python:3=1``, interleaved.
+3. Pause/resume: SIGSTOP+SIGCONT of a runtime process group (what the router does), and a
+   warm invoke of a paused container vs a running one through the router.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.manager.backends.base import ContainerSpec
+from gateway.manager.backends.local import LocalProcessBackend
+
+IDENTITY = {"X-Remote-User": "bench", "X-Remote-Extra-Namespace": "guest"}
+KEY = "b3nch000-0000-0000-0000-000000000000:benchkey"
+NOOP = "def main(args):\n    return {'ok': True}\n"
+
+
+def start(args: list[str], log: Path, announce: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", *args],
+            stdout=subprocess.PIPE if announce else err,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+    url = ""
+    if announce:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        line = proc.stdout.readline().decode() if ready else ""
+        if not line.startswith("LISTENING"):
+            raise SystemExit(f"{args[0]} did not start, see {log}")
+        url = line.split()[1]
+    return proc, url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def fmt(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+async def timed(session: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> float:
+    t0 = time.perf_counter()
+    async with session.request(method, url, **kw) as resp:
+        await resp.read()
+        if resp.status not in (200, 202):
+            raise SystemExit(f"{url}: {resp.status} {await resp.text()}")
+    return (time.perf_counter() - t0) * 1000
+
+
+class Platform:
+    def __init__(self, root: Path, name: str, *manager_args: str, front: bool = False) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        state = root / name
+        state.mkdir()
+        proc, self.manager = start(
+            [
+                "manager",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(state / "s"),
+                *manager_args,
+            ],
+            state / "manager.log",
+        )
+        self.procs.append(proc)
+        proc, self.router = start(
+            [
+                "router",
+                "--listen",
+                "127.0.0.1:0",
+                "--manager",
+                self.manager,
+                "--store",
+                f"sqlite:///{state / 'db.sqlite'}",
+                "--id",
+                name,
+                "--pause-grace",
+                "600",
+            ],
+            state / "router.log",
+        )
+        self.procs.append(proc)
+        self.front = ""
+        if front:
+            keys = state / "keys"
+            keys.write_text(f"{KEY},bench,guest\n")
+            port = free_port()
+            proc, _ = start(
+                [
+                    "serve",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--upstream",
+                    self.router,
+                    "--openwhisk-keys-file",
+                    str(keys),
+                    "--anonymous-auth",
+                    "false",
+                    "--log-level",
+                    "warning",
+                ],
+                state / "front.log",
+                announce=False,
+            )
+            self.procs.append(proc)
+            self.front = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+    def action(self, name: str, base: str | None = None) -> str:
+        return f"{base or self.router}/api/v1/namespaces/_/actions/{name}"
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+async def warm(args: argparse.Namespace, root: Path) -> list[str]:
+    platform = Platform(root, "warm", front=True)
+    backend = LocalProcessBackend(root / "direct")
+    direct = await backend.create(ContainerSpec("c-direct", "python:3", 256, 1))
+    basic = {"Authorization": "Basic " + base64.b64encode(KEY.encode()).decode()}
+    try:
+        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+            await timed(
+                s,
+                "PUT",
+                platform.action("noop") + "?overwrite=true",
+                json={"exec": {"kind": "python:3", "code": NOOP}},
+            )
+            await timed(s, "POST", direct.url + "/init", json={"value": {"code": NOOP}})
+            variants = {
+                "direct runtime /run": (direct.url + "/run", {"value": {}}, {}),
+                "router": (platform.action("noop") + "?blocking=true&result=true", {}, {}),
+                "front door + router": (
+                    platform.action("noop", platform.front) + "?blocking=true&result=true",
+                    {},
+                    {"headers": basic},
+                ),
+            }
+            for url, body, kw in variants.values():  # warm up every path
+                for _ in range(50):
+                    await timed(s, "POST", url, json=body, **kw)
+            results: dict[str, list[float]] = {k: [] for k in variants}
+            added: dict[str, list[float]] = {k: [] for k in variants}
+            for _ in range(args.rounds):
+                round_p50 = {}
+                for name, (url, body, kw) in variants.items():
+                    xs = [
+                        await timed(s, "POST", url, json=body, **kw) for _ in range(args.requests)
+                    ]
+                    round_p50[name] = p50(xs)
+                    results[name].append(p50(xs))
+                for name in variants:
+                    added[name].append(round_p50[name] - round_p50["direct runtime /run"])
+    finally:
+        await backend.remove(direct, 0)
+        platform.stop()
+    lines = [
+        "| path | p50 ms, median of rounds (min-max) | added p50 vs direct, ms |",
+        "|---|---|---|",
+    ]
+    for name, values in results.items():
+        lines.append(f"| {name} | {fmt(values)} | {fmt(added[name])} |")
+    return lines
+
+
+async def cold(args: argparse.Namespace, root: Path) -> list[str]:
+    plain = Platform(root, "cold")
+    stem = Platform(root, "stem", "--prewarm", "python:3=1")
+    out: dict[str, list[float]] = {"cold (no stem cell)": [], "cold from a stem cell": []}
+    try:
+        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+            for i in range(args.colds):
+                for label, p in (("cold (no stem cell)", plain), ("cold from a stem cell", stem)):
+                    name = f"a{i}"
+                    await timed(
+                        s,
+                        "PUT",
+                        p.action(name) + "?overwrite=true",
+                        json={"exec": {"kind": "python:3", "code": NOOP}},
+                    )
+                    await asyncio.sleep(0.4)  # let the stem cell be backfilled
+                    out[label].append(
+                        await timed(
+                            s, "POST", p.action(name) + "?blocking=true&result=true", json={}
+                        )
+                    )
+    finally:
+        plain.stop()
+        stem.stop()
+    lines = ["| cold start | p50 ms | min | max |", "|---|---|---|---|"]
+    for label, xs in out.items():
+        lines.append(f"| {label} | {p50(xs):.1f} | {min(xs):.1f} | {max(xs):.1f} |")
+    return lines
+
+
+async def pause(args: argparse.Namespace, root: Path) -> list[str]:
+    backend = LocalProcessBackend(root / "pause")
+    handle = await backend.create(ContainerSpec("c-pause", "python:3", 256, 1))
+    pid = int(handle.data["pid"])
+    signals: list[float] = []
+    for _ in range(1000):
+        t0 = time.perf_counter()
+        os.killpg(pid, signal.SIGSTOP)
+        os.killpg(pid, signal.SIGCONT)
+        signals.append((time.perf_counter() - t0) * 1e6)
+    awaited: list[float] = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        await backend.pause(handle)
+        await backend.resume(handle)
+        awaited.append((time.perf_counter() - t0) * 1e6)
+    await backend.remove(handle, 0)
+    # through the router: invoke a paused container vs a running one
+    state = root / "pr"
+    state.mkdir()
+    mproc, manager = start(
+        ["manager", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state / "s")],
+        state / "m.log",
+    )
+    rproc, router = start(
+        [
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--manager",
+            manager,
+            "--store",
+            f"sqlite:///{state / 'db'}",
+            "--id",
+            "p",
+            "--pause-grace",
+            "0.05",
+        ],
+        state / "r.log",
+    )
+    url = f"{router}/api/v1/namespaces/_/actions/noop"
+    paused: list[float] = []
+    running: list[float] = []
+    try:
+        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+            await timed(
+                s, "PUT", url + "?overwrite=true", json={"exec": {"kind": "python:3", "code": NOOP}}
+            )
+            for _ in range(30):
+                await timed(s, "POST", url + "?blocking=true&result=true", json={})
+                await asyncio.sleep(0.15)  # past the pause grace: the container is stopped
+                paused.append(await timed(s, "POST", url + "?blocking=true&result=true", json={}))
+                running.append(await timed(s, "POST", url + "?blocking=true&result=true", json={}))
+    finally:
+        for proc in (rproc, mproc):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            assert proc.stdout is not None
+            proc.stdout.close()
+    return [
+        "| pause/resume | p50 | min | max |",
+        "|---|---|---|---|",
+        f"| SIGSTOP + SIGCONT (router's pause + resume), us | {p50(signals):.1f} "
+        f"| {min(signals):.1f} | {max(signals):.1f} |",
+        f"| backend pause (until stopped) + resume, us | {p50(awaited):.1f} "
+        f"| {min(awaited):.1f} | {max(awaited):.1f} |",
+        f"| invoke of a paused container via router, ms | {p50(paused):.2f} "
+        f"| {min(paused):.2f} | {max(paused):.2f} |",
+        f"| invoke of a running container via router, ms | {p50(running):.2f} "
+        f"| {min(running):.2f} | {max(running):.2f} |",
+    ]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--colds", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for part in (warm, cold, pause):
+            print("\n".join(await part(args, root)), end="\n\n", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
