@@ -106,11 +106,14 @@ class KubernetesBackend:
             await self.api.create_pod(body)
         except KubeError as exc:
             raise BackendError(f"cannot create pod {spec.id}: {exc}") from exc
+        deadline = time.monotonic() + self.options.start_timeout
         try:
+            # first until the watch has seen it (absent before that means "not seen yet")
+            await self.watch.wait_for(spec.id, lambda p: p is not None, self.options.start_timeout)
             pod = await self.watch.wait_for(
                 spec.id,
                 lambda p: p is None or is_ready(p) or failure(p) is not None or is_terminating(p),
-                self.options.start_timeout,
+                max(0.0, deadline - time.monotonic()),
             )
         except TimeoutError:
             await self._discard(spec.id)

@@ -39,10 +39,27 @@ def _dict(obj: Any) -> dict[str, Any]:
     return cast(dict[str, Any], obj.to_dict())
 
 
+def _server_config(server: str, namespace: str) -> KubeConfig:
+    """A plain URL without credentials (tests, ``kubectl proxy``)."""
+    return KubeConfig.from_dict(
+        {
+            "clusters": [{"name": "api", "cluster": {"server": server}}],
+            "users": [{"name": "anonymous", "user": {}}],
+            "contexts": [
+                {
+                    "name": "api",
+                    "context": {"cluster": "api", "user": "anonymous", "namespace": namespace},
+                }
+            ],
+            "current-context": "api",
+        }
+    )
+
+
 class KubeApi:
     def __init__(self, namespace: str, server: str | None = None) -> None:
         self.namespace = namespace
-        config = KubeConfig.from_server(server, namespace) if server else None
+        config = _server_config(server, namespace) if server else None
         self.client = AsyncClient(config=config, namespace=namespace, field_manager=FIELD_MANAGER)
         self.calls: list[str] = []  # names of the calls made, in order (for tests and logs)
 
