@@ -5,7 +5,7 @@
 Everything runs on 127.0.0.1 as real processes (manager, router, front door, runtimes);
 the client is one sequential aiohttp session, so latencies are per request with no queueing.
 
-1. Warm invoke, interleaved per round (A B C): the runtime's ``/run`` called directly (a
+1. Warm invoke, interleaved request by request (A B C A B C ...), p50 per round: the runtime's ``/run`` called directly (a
    separate, initialized runtime process), the same action through a router, and through
    front door + router. Added p50 = p50(variant) - p50(direct) in the same round.
 2. Cold start (create + init + first run, client-observed, blocking invoke of a new action):
@@ -190,15 +190,14 @@ async def warm(args: argparse.Namespace, root: Path) -> list[str]:
             results: dict[str, list[float]] = {k: [] for k in variants}
             added: dict[str, list[float]] = {k: [] for k in variants}
             for _ in range(args.rounds):
-                round_p50 = {}
-                for name, (url, body, kw) in variants.items():
-                    xs = [
-                        await timed(s, "POST", url, json=body, **kw) for _ in range(args.requests)
-                    ]
-                    round_p50[name] = p50(xs)
+                samples: dict[str, list[float]] = {k: [] for k in variants}
+                for _ in range(args.requests):  # interleaved request by request: A B C A B C
+                    for name, (url, body, kw) in variants.items():
+                        samples[name].append(await timed(s, "POST", url, json=body, **kw))
+                base = p50(samples["direct runtime /run"])
+                for name, xs in samples.items():
                     results[name].append(p50(xs))
-                for name in variants:
-                    added[name].append(round_p50[name] - round_p50["direct runtime /run"])
+                    added[name].append(p50(xs) - base)
     finally:
         await backend.remove(direct, 0)
         platform.stop()
