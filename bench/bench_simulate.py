@@ -62,7 +62,7 @@ def run_bare() -> int:
         spec = TRAFFIC.clients[index]
         digest = digest_for(spec)
         cls = ctl.classify(digest)
-        rng = random.Random(f"{TRAFFIC.seed}/{index}/{spec.name}")
+        rng = random.Random(f"{TRAFFIC.seed}/{spec.name}/0")
         service, rate = spec.service_time, spec.rate
 
         def arrive() -> None:

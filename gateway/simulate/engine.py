@@ -9,15 +9,18 @@ Client behaviour (documented for users in ``docs/simulate.md``):
   ``thinkTime``, repeats; after a rejection it waits ``max(thinkTime, Retry-After)`` (the
   level's current advice, as a well-behaved client honours a 429) before its next call;
 - open loop: arrivals at ``rate`` (Poisson or evenly spaced) regardless of how earlier calls fared.
-Randomness comes from one ``random.Random`` per client seeded from the run's seed and the
-client's position and name, so results depend on nothing but the inputs.
+A client with ``replicas: N`` runs as N independent copies (``{i}`` in its user, groups and path
+becomes the copy's number), each a ``ClientRun``; reports add them up under the client's name.
+Randomness comes from one ``random.Random`` per copy seeded from the run's seed, the client's
+(unique) name and the copy number, so results depend on nothing but the inputs, and adding a
+client leaves the others' arrival times alone.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, LimitsSnapshot
 from gateway.flowcontrol.controller import Classification, FlowController, ObjectSet
@@ -125,7 +128,9 @@ class Simulation:
             server_concurrency_limit=traffic.server_concurrency_limit,
             config=config,
         )
-        self.clients = [self._client(i, spec) for i, spec in enumerate(traffic.clients)]
+        self.clients = [
+            self._replica(spec, r) for spec in traffic.clients for r in range(spec.replicas)
+        ]
         expected = sum(c.expected_calls for c in self.clients)
         if expected > MAX_REQUESTS:
             raise SimulationError(
@@ -139,7 +144,15 @@ class Simulation:
             for name, level in sorted(self.controller.levels.items())
         }
 
-    def _client(self, index: int, spec: ClientSpec) -> ClientRun:
+    def _replica(self, spec: ClientSpec, replica: int) -> ClientRun:
+        if spec.replicas > 1:
+            number = str(replica)
+            spec = replace(
+                spec,
+                user=spec.user.replace("{i}", number),
+                groups=tuple(g.replace("{i}", number) for g in spec.groups),
+                path=spec.path.replace("{i}", number),
+            )
         digest = digest_for(spec)
         if digest.long_running:
             raise SimulationError(
@@ -149,7 +162,7 @@ class Simulation:
             )
         classification = self.controller.classify(digest)
         work = work_for(spec, self.controller.max_seats(classification.priority_level))
-        rng = random.Random(f"{self.seed}/{index}/{spec.name}")
+        rng = random.Random(f"{self.seed}/{spec.name}/{replica}")
         return ClientRun(spec, digest, classification, work, rng)
 
     # ------------------------------------------------------------------ running

@@ -38,21 +38,23 @@ def _limit_steps(run: LevelRun) -> list[tuple[float, int]]:
     return [(0.0, run.initial_cl), *((s.time, s.current_cl) for s in run.limits)]
 
 
-def fair_share_by_client(result: SimulationResult) -> dict[str, float]:
-    """Each client's max-min fair share of its level's limit in seats, averaged over the run.
+def fair_shares_of(result: SimulationResult) -> list[float]:
+    """Each client copy's max-min fair share of its level's limit in seats, averaged over the
+    run (aligned with ``result.clients``).
 
     The run is cut where anything changes (a client starts or stops, borrowing moves the limit);
     within each piece the limit is divided max-min fairly among the clients active then."""
     duration = result.traffic.duration
-    by_level: dict[str, list[ClientRun]] = {}
-    for client in result.clients:
-        by_level.setdefault(client.classification.priority_level, []).append(client)
-    out: dict[str, float] = {}
-    for name, clients in by_level.items():
+    by_level: dict[str, list[int]] = {}
+    for i, client in enumerate(result.clients):
+        by_level.setdefault(client.classification.priority_level, []).append(i)
+    out = [0.0] * len(result.clients)
+    for name, indexes in by_level.items():
+        clients = [result.clients[i] for i in indexes]
         run = result.levels[name]
         if run.level.exempt:
-            for c in clients:
-                out[c.spec.name] = c.demand_seat_seconds / duration
+            for i, c in zip(indexes, clients, strict=True):
+                out[i] = c.demand_seat_seconds / duration
             continue
         steps = _limit_steps(run)
         cuts = {0.0, duration, *(t for t, _ in steps)}
@@ -69,35 +71,45 @@ def fair_share_by_client(result: SimulationResult) -> dict[str, float]:
                 c.demand if c.active[0] <= begin and end <= c.active[1] else 0.0 for c in clients
             ]
             shares = fair_shares(demands, flows, steps[step][1])
-            for i, share in enumerate(shares):
-                totals[i] += share * (end - begin)
-        for c, total in zip(clients, totals, strict=True):
-            out[c.spec.name] = total / duration
+            for k, share in enumerate(shares):
+                totals[k] += share * (end - begin)
+        for i, total in zip(indexes, totals, strict=True):
+            out[i] = total / duration
     return out
 
 
-def client_json(client: ClientRun, duration: float, fair_share: float) -> dict[str, Any]:
-    spec, c = client.spec, client.classification
-    waits = sorted(client.waits)
+def client_json(copies: list[ClientRun], duration: float, fair_share: float) -> dict[str, Any]:
+    """One client, its copies (``replicas``) added up; classification is the first copy's."""
+    first = copies[0]
+    spec, c = first.spec, first.classification
+    waits = sorted(w for copy in copies for w in copy.waits)
     p50, p99 = percentile(waits, 0.5), percentile(waits, 0.99)
+    rejected = dict.fromkeys(REJECT_REASONS, 0)
+    for copy in copies:
+        for reason, n in copy.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + n
     return {
         "flowSchema": c.flow_schema,
         "priorityLevel": c.priority_level,
         "distinguisher": c.distinguisher,
-        "verb": client.digest.info.verb,
+        "replicas": len(copies),
+        "flows": len(
+            {(x.classification.flow_schema, x.classification.distinguisher) for x in copies}
+        ),
+        "verb": first.digest.info.verb,
         "mode": "closed" if spec.closed_loop else "open",
-        "seats": client.work.initial_seats,
-        "finalSeats": client.work.final_seats,
-        "additionalLatency": client.work.additional_latency,
-        "calls": client.calls,
-        "dispatched": client.dispatched,
-        "rejected": {reason: client.rejected.get(reason, 0) for reason in REJECT_REASONS},
-        "waitingAtEnd": client.waiting,
+        "seats": first.work.initial_seats,
+        "finalSeats": first.work.final_seats,
+        "additionalLatency": first.work.additional_latency,
+        "calls": sum(x.calls for x in copies),
+        "dispatched": sum(x.dispatched for x in copies),
+        "rejected": rejected,
+        "waitingAtEnd": sum(x.waiting for x in copies),
         "waitP50": None if p50 is None else _r(p50),
         "waitP99": None if p99 is None else _r(p99),
         "waitMax": _r(waits[-1]) if waits else None,
-        "avgExecutingSeats": _r(client.seat_seconds / duration),
-        "demandSeats": _r(client.demand_seat_seconds / duration),
+        "avgExecutingSeats": _r(sum(x.seat_seconds for x in copies) / duration),
+        "demandSeats": _r(sum(x.demand_seat_seconds for x in copies) / duration),
         "fairShare": _r(fair_share),
     }
 
@@ -116,7 +128,7 @@ def level_json(run: LevelRun, clients: list[ClientRun], duration: float) -> dict
         "currentCL": level.current_cl or 0,
         "avgCL": _r(run.limit_seconds / duration),
         "maxSeats": level.max_seats,
-        "clients": [c.spec.name for c in clients],
+        "clients": list(dict.fromkeys(c.spec.name for c in clients)),
         "dispatched": sum(c.dispatched for c in clients),
         "rejected": rejected,
         "avgExecutingSeats": _r(sum(c.seat_seconds for c in clients) / duration),
@@ -140,9 +152,14 @@ def level_json(run: LevelRun, clients: list[ClientRun], duration: float) -> dict
 
 def to_json(result: SimulationResult) -> dict[str, Any]:
     duration = result.traffic.duration
-    shares = fair_share_by_client(result)
+    shares = fair_shares_of(result)
+    copies: dict[str, list[ClientRun]] = {}
+    share_sums: dict[str, float] = {}
     clients_by_level: dict[str, list[ClientRun]] = {name: [] for name in result.levels}
-    for client in result.clients:
+    for client, share in zip(result.clients, shares, strict=True):
+        name = client.spec.name
+        copies.setdefault(name, []).append(client)
+        share_sums[name] = share_sums.get(name, 0.0) + share
         clients_by_level[client.classification.priority_level].append(client)
     return {
         "traffic": result.traffic.source,
@@ -150,7 +167,7 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         "seed": result.seed,
         "serverConcurrencyLimit": result.server_concurrency_limit,
         "clients": {
-            c.spec.name: client_json(c, duration, shares[c.spec.name]) for c in result.clients
+            name: client_json(runs, duration, share_sums[name]) for name, runs in copies.items()
         },
         "levels": {
             name: level_json(run, clients_by_level[name], duration)

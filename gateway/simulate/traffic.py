@@ -65,6 +65,7 @@ CLIENT_FIELDS = (
     "waitLimit",
     "start",
     "stop",
+    "replicas",
 )
 
 
@@ -90,6 +91,7 @@ class ClientSpec:
     wait_limit: float = DEFAULT_WAIT_LIMIT
     start: float = 0.0
     stop: float = math.inf
+    replicas: int = 1
 
     @property
     def closed_loop(self) -> bool:
@@ -285,6 +287,7 @@ def _client(
     final_seats = f.get("finalSeats", _int(0), 0)
     additional_latency = f.get("additionalLatency", parse_duration, 0.0)
     client_wait_limit = f.get("waitLimit", _positive_duration, wait_limit)
+    replicas = f.get("replicas", _int(1), 1)
     time_errors = len(errors)
     start = f.get("start", parse_duration, 0.0)
     stop = min(f.get("stop", parse_duration, duration), duration)
@@ -311,6 +314,7 @@ def _client(
         wait_limit=client_wait_limit,
         start=start,
         stop=stop,
+        replicas=replicas,
     )
 
 

@@ -51,6 +51,10 @@ def test_same_seed_same_results_and_the_seed_matters() -> None:
     # The Poisson mouse arrives at other instants with another seed.
     assert other["clients"]["mouse"] != first["clients"]["mouse"]
     assert other["clients"]["elephant"]["dispatched"] == first["clients"]["elephant"]["dispatched"]
+    # Another client in front changes nobody else's arrivals.
+    extended = mixed()
+    extended["clients"].insert(0, client("newcomer", "carol", rate="1/s", serviceTime="10ms"))
+    assert run(extended)["clients"]["mouse"]["calls"] == first["clients"]["mouse"]["calls"]
 
 
 def test_closed_loop_threads_calls_service_and_think_time() -> None:
@@ -175,6 +179,37 @@ def test_two_equal_elephants_split_the_level_and_a_mouse_gets_its_demand(
     for c in (e1, e2, mouse):
         assert c["avgExecutingSeats"] == pytest.approx(c["fairShare"], rel=MARGIN)
     assert sum(c["avgExecutingSeats"] for c in (e1, e2, mouse)) <= 95
+
+
+def test_replicas_are_separate_flows_and_each_mouse_gets_its_demand(
+    tenants_config: ConfigSet,
+) -> None:
+    data = {
+        "duration": "60s",
+        "serverConcurrencyLimit": 100,
+        "clients": [
+            client("elephant", "alice", threads=200, serviceTime="1s"),
+            client(
+                "mice",
+                "user-{i}",
+                path="/api/v1/namespaces/ns-{i}/pods/p",
+                verb="get",
+                replicas=20,
+                rate="1/s",
+                arrival="uniform",
+                serviceTime="1s",
+            ),
+        ],
+    }
+    out = run(data, tenants_config)
+    elephant, mice = out["clients"]["elephant"], out["clients"]["mice"]
+    assert (mice["replicas"], mice["flows"]) == (20, 20)  # ByUser: one flow per user-{i}
+    assert mice["calls"] == mice["dispatched"] == 20 * 60
+    assert mice["demandSeats"] == mice["fairShare"] == pytest.approx(20.0)
+    assert elephant["fairShare"] == pytest.approx(95 - 20)
+    for c in (elephant, mice):
+        assert c["avgExecutingSeats"] == pytest.approx(c["fairShare"], rel=MARGIN)
+    assert out["levels"]["tenants"]["clients"] == ["elephant", "mice"]
 
 
 def test_fair_share_follows_clients_arriving_mid_run(tenants_config: ConfigSet) -> None:

@@ -67,7 +67,7 @@ def test_defaults() -> None:
     assert c.closed_loop and c.threads == 2 and c.calls is None
     assert (c.seats, c.final_seats, c.additional_latency) == (1, 0, 0.0)
     assert (c.start, c.stop, c.wait_limit) == (0.0, 10.0, 15.0)
-    assert c.method == "GET" and c.groups == ()
+    assert c.method == "GET" and c.groups == () and c.replicas == 1
 
 
 def test_method_instead_of_verb_and_clipped_stop() -> None:
@@ -104,6 +104,7 @@ def test_method_instead_of_verb_and_clipped_stop() -> None:
         ({"threads": 1, "start": "20s"}, 'clients[0].start (client "c"): must be before stop'),
         ({"threads": 1, "user": None}, 'clients[0].user (client "c"): required'),
         ({"threads": 1, "verb": None}, 'clients[0].verb (client "c"): required: a verb'),
+        ({"threads": 1, "replicas": 0}, 'clients[0].replicas (client "c"): must be at least 1'),
         ({"threads": 1, "method": "FETCH"}, 'clients[0].method (client "c"): expected an HTTP'),
     ],
 )
