@@ -5,9 +5,10 @@
 Everything runs on 127.0.0.1 as real processes (manager, router, front door, runtimes);
 the client is one sequential aiohttp session, so latencies are per request with no queueing.
 
-1. Warm invoke, interleaved request by request (A B C A B C ...), p50 per round: the runtime's ``/run`` called directly (a
-   separate, initialized runtime process), the same action through a router, and through
-   front door + router. Added p50 = p50(variant) - p50(direct) in the same round.
+1. Warm invoke, interleaved request by request (A B C A B C ...), p50 per round: the
+   runtime's ``/run`` called directly (a separate, initialized runtime process), the same
+   action through a router, and through front door + router.
+   Added p50 = p50(variant) - p50(direct) in the same round.
 2. Cold start (create + init + first run, client-observed, blocking invoke of a new action):
    a manager without stem cells vs one with ``--prewarm python:3=1``, interleaved.
 3. Pause/resume: SIGSTOP+SIGCONT of a runtime process group (what the router does), and a
