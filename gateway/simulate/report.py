@@ -209,7 +209,7 @@ def render_text(data: dict[str, Any]) -> str:
     ]
     client_rows = [
         [
-            name,
+            name if c["replicas"] == 1 else f"{name} x{c['replicas']}",
             f"{c['flowSchema']} -> {c['priorityLevel']}",
             str(c["calls"]),
             str(c["dispatched"]),
