@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 
+from gateway.simulate.fields import Fields, integer, positive_duration, string_list, text
 from gateway.simulate.units import parse_duration, parse_rate
 
 DEFAULT_SEED = 1
@@ -116,69 +116,6 @@ class TrafficError(Exception):
         super().__init__("\n".join(errors))
 
 
-class _Fields:
-    """Reads fields of one mapping, recording errors instead of raising."""
-
-    def __init__(
-        self, source: str, where: str, data: Mapping[str, Any], errors: list[str], note: str = ""
-    ) -> None:
-        self.source, self.where, self.data, self.errors, self.note = (
-            source,
-            where,
-            data,
-            errors,
-            note,
-        )
-
-    def error(self, field: str, message: str) -> None:
-        path = f"{self.where}.{field}" if self.where else field
-        self.errors.append(f"{self.source}: {path}{self.note}: {message}")
-
-    def get(self, field: str, convert: Callable[[Any], T], default: T) -> T:
-        if field not in self.data or self.data[field] is None:
-            return default
-        try:
-            return convert(self.data[field])
-        except ValueError as exc:
-            self.error(field, str(exc))
-            return default
-
-    def unknown(self, allowed: tuple[str, ...]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                self.error(str(key), f"unknown field (known: {', '.join(allowed)})")
-
-
-def _int(minimum: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer; got {value!r}")
-        if value < minimum:
-            raise ValueError(f"must be at least {minimum}; got {value}")
-        return value
-
-    return convert
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty string; got {value!r}")
-    return value
-
-
-def _groups(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
-        raise ValueError(f"expected a list of group names; got {value!r}")
-    return tuple(value)
-
-
-def _positive_duration(value: Any) -> float:
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"must be a positive duration; got {value!r}")
-    return seconds
-
-
 def _arrival(value: Any) -> Arrival:
     if value == "poisson":
         return "poisson"
@@ -212,14 +149,14 @@ def parse_traffic(data: Any, source: str) -> Traffic:
     errors: list[str] = []
     if not isinstance(data, dict):
         raise TrafficError([f"{source}: expected a mapping with duration and clients"])
-    top = _Fields(source, "", data, errors)
+    top = Fields(source, "", data, errors)
     top.unknown(TOP_FIELDS)
     if "duration" not in data:
         top.error("duration", "required (virtual time to simulate, e.g. 60s)")
-    duration = top.get("duration", _positive_duration, 60.0)
-    seed = top.get("seed", _int(-(2**63)), DEFAULT_SEED)
-    limit = top.get("serverConcurrencyLimit", _int(1), DEFAULT_SERVER_CONCURRENCY_LIMIT)
-    wait_limit = top.get("waitLimit", _positive_duration, DEFAULT_WAIT_LIMIT)
+    duration = top.get("duration", positive_duration, 60.0)
+    seed = top.get("seed", integer(-(2**63)), DEFAULT_SEED)
+    limit = top.get("serverConcurrencyLimit", integer(1), DEFAULT_SERVER_CONCURRENCY_LIMIT)
+    wait_limit = top.get("waitLimit", positive_duration, DEFAULT_WAIT_LIMIT)
     raw_clients = data.get("clients")
     clients: list[ClientSpec] = []
     if not isinstance(raw_clients, list) or not raw_clients:
@@ -249,16 +186,16 @@ def _client(
         return None
     name = raw.get("name")
     note = f' (client "{name}")' if isinstance(name, str) and name else ""
-    f = _Fields(source, where, raw, errors, note)
+    f = Fields(source, where, raw, errors, note)
     before = len(errors)
     f.unknown(CLIENT_FIELDS)
     for required in ("name", "user", "path", "serviceTime"):
         if raw.get(required) is None:
             f.error(required, "required")
-    name = f.get("name", _text, "")
-    user = f.get("user", _text, "")
+    name = f.get("name", text, "")
+    user = f.get("user", text, "")
     no_groups: tuple[str, ...] = ()
-    groups = f.get("groups", _groups, no_groups)
+    groups = f.get("groups", string_list, no_groups)
     path = f.get("path", _path, "/")
     verb = f.get("verb", _verb, "")
     method = f.get("method", _method, "")
@@ -266,8 +203,8 @@ def _client(
         f.error("verb", "required: a verb (list, get, create, ...) or an HTTP method")
     elif verb and not method:
         method = VERB_METHODS.get(verb, "GET")
-    service_time = f.get("serviceTime", _positive_duration, 1.0)
-    threads = f.get("threads", _int(1), 0)
+    service_time = f.get("serviceTime", positive_duration, 1.0)
+    threads = f.get("threads", integer(1), 0)
     rate_errors = len(errors)
     rate = f.get("rate", parse_rate, 0.0)
     if "rate" in raw and rate <= 0 and len(errors) == rate_errors:
@@ -279,15 +216,15 @@ def _client(
             f.error(closed_only, "only for closed-loop clients (with threads)")
     if "arrival" in raw and "threads" in raw:
         f.error("arrival", "only for open-loop clients (with rate)")
-    calls = f.get("calls", _int(1), None)
+    calls = f.get("calls", integer(1), None)
     think_time = f.get("thinkTime", parse_duration, 0.0)
     poisson: Arrival = "poisson"
     arrival = f.get("arrival", _arrival, poisson)
-    seats = f.get("seats", _int(1), 1)
-    final_seats = f.get("finalSeats", _int(0), 0)
+    seats = f.get("seats", integer(1), 1)
+    final_seats = f.get("finalSeats", integer(0), 0)
     additional_latency = f.get("additionalLatency", parse_duration, 0.0)
-    client_wait_limit = f.get("waitLimit", _positive_duration, wait_limit)
-    replicas = f.get("replicas", _int(1), 1)
+    client_wait_limit = f.get("waitLimit", positive_duration, wait_limit)
+    replicas = f.get("replicas", integer(1), 1)
     time_errors = len(errors)
     start = f.get("start", parse_duration, 0.0)
     stop = min(f.get("stop", parse_duration, duration), duration)
@@ -322,13 +259,13 @@ def load_traffic(path: str | Path) -> Traffic:
     """Read and validate a traffic file; raises ``TrafficError`` (never a traceback's worth)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        content = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise TrafficError([f"{source}: cannot read: {exc.strerror or exc}"]) from exc
     except UnicodeDecodeError as exc:
         raise TrafficError([f"{source}: not UTF-8 text: {exc.reason}"]) from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(content)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
