@@ -7,6 +7,7 @@ method runs to completion without awaiting, so no locks are needed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -118,9 +119,10 @@ class FlowController:
         for name, pl_config in pls.items():
             level = self.levels.get(name)
             if level is None:
-                self.levels[name] = PriorityLevel(
+                level = self.levels[name] = PriorityLevel(
                     pl_config, self.clock, estimated_service=self.estimated_service
                 )
+                level.qs.on_idle = functools.partial(self._reap, level)
             else:
                 level.set_config(pl_config)
         for name, level in list(self.levels.items()):
@@ -274,8 +276,12 @@ class FlowController:
 
     def finish(self, classification: Classification, req: Request) -> None:
         level = classification.level
-        idle = level.qs.finish(req)
-        if idle and level.quiescing and self.levels.get(level.name) is level:
+        if level.qs.finish(req):
+            self._reap(level)
+
+    def _reap(self, level: PriorityLevel) -> None:
+        """Remove a quiescing level once idle, after a finish, a cancellation or a time-out."""
+        if level.quiescing and level.qs.is_idle and self.levels.get(level.name) is level:
             level.sync()
             del self.levels[level.name]
             self._set_limits()

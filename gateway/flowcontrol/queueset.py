@@ -183,6 +183,8 @@ class QueueSet:
         self.on_segments_full: Callable[[], None] | None = None
         # Called on every rejection (immediate or at the end of a wait): Retry-After history.
         self.on_reject: Callable[[], None] | None = None
+        # Called when a cancellation or time-out leaves the level idle (reaping quiescing levels).
+        self.on_idle: Callable[[], None] | None = None
         self.demand = TimeIntegrator()
         self.dispatch_r = 0
         self.latest_s = 0
@@ -547,6 +549,8 @@ class QueueSet:
             self.on_reject()
         if req.on_decided is not None:
             req.on_decided(req)
+        if self.on_idle is not None and self.is_idle:
+            self.on_idle()
         return True
 
     # ------------------------------------------------------------------ completion

@@ -1,0 +1,166 @@
+"""Reconfiguration (controller.apply): queued and executing requests are neither dropped nor
+counted twice; a removed level quiesces while busy and disappears once idle (Kubernetes)."""
+
+from __future__ import annotations
+
+from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
+from gateway.flowcontrol.debug import dump_priority_levels
+from gateway.flowcontrol.digest import WorkEstimate
+from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
+from gateway.flowcontrol.queueset import EXECUTING, FINISHED, REJECTED, WAITING, Request
+from gateway.testing import FakeEventClock
+from tests.flowcontrol.builders import (
+    flow_schema,
+    queuing_level,
+    resource_request,
+    rule,
+    user,
+)
+
+W1 = WorkEstimate()
+ALICE = resource_request("alice")
+FQ = flow_schema("fq", "q", rule(user("alice")), precedence=10)
+FO = flow_schema("fo", "other", rule(user("olga")), precedence=10)
+
+
+def config(
+    *levels: PriorityLevelConfiguration, schemas: tuple[FlowSchema, ...] = (FQ, FO)
+) -> SimpleObjectSet:
+    return SimpleObjectSet(schemas, levels)
+
+
+def controller() -> tuple[FlowController, FakeEventClock]:
+    clock = FakeEventClock()
+    c = FlowController(
+        clock=clock,
+        server_concurrency_limit=15,
+        config=config(
+            queuing_level("q", 10, queues=4, hand_size=1, queue_length_limit=10),
+            queuing_level("other", 10),
+        ),
+    )
+    return c, clock
+
+
+def load(c: FlowController, n_running: int, n_waiting: int) -> tuple[Classification, list[Request]]:
+    cls = c.classify(ALICE)
+    assert cls.level.qs.concurrency_limit == n_running
+    reqs = [c.start(cls, W1, descr=ALICE) for _ in range(n_running + n_waiting)]
+    assert [r.state for r in reqs] == [EXECUTING] * n_running + [WAITING] * n_waiting
+    return cls, reqs
+
+
+def drain(c: FlowController, cls: Classification, reqs: list[Request]) -> None:
+    for _ in range(len(reqs)):
+        running = [r for r in reqs if r.state == EXECUTING]
+        if not running:
+            break
+        c.finish(cls, running[0])
+
+
+def test_spec_change_keeps_requests() -> None:
+    c, _ = controller()
+    # 15 seats, shares 10 + 10 + catch-all 5: q gets ceil(15 * 10 / 25) = 6.
+    cls, reqs = load(c, 6, 4)
+    level, qs = cls.level, cls.level.qs
+    before = (qs.tot_requests_executing, qs.tot_seats_in_use, qs.tot_requests_waiting)
+    c.apply(
+        config(
+            queuing_level("q", 20, queues=8, hand_size=2, queue_length_limit=5),
+            queuing_level("other", 10),
+        )
+    )
+    assert c.levels["q"] is level and level.qs is qs and not level.quiescing
+    assert len(qs.queues) == 8 and qs.hand_size == 2
+    # More shares: q now gets ceil(15 * 20 / 35) = 9 seats, so 3 waiting requests start.
+    assert qs.concurrency_limit == 9
+    assert (qs.tot_requests_executing, qs.tot_requests_waiting) == (9, 1)
+    assert before[0] + before[2] == qs.tot_requests_executing + qs.tot_requests_waiting
+    drain(c, cls, reqs)
+    assert all(r.state == FINISHED for r in reqs)
+    assert qs.dispatched == 10 and qs.rejected == 0
+    assert cls.flow_stats.dispatched == 10
+    assert qs.is_idle and qs.tot_seats_in_use == 0
+
+
+def test_reapplying_the_same_config_changes_nothing() -> None:
+    c, _ = controller()
+    cls, reqs = load(c, 6, 2)
+    same = config(
+        queuing_level("q", 10, queues=4, hand_size=1, queue_length_limit=10),
+        queuing_level("other", 10),
+    )
+    c.apply(same)
+    c.apply(same)
+    qs = cls.level.qs
+    assert (qs.tot_requests_executing, qs.tot_requests_waiting, qs.dispatched) == (6, 2, 6)
+    drain(c, cls, reqs)
+    assert qs.dispatched == 8 and qs.is_idle
+
+
+def test_removed_level_quiesces_then_disappears() -> None:
+    c, _ = controller()
+    cls, reqs = load(c, 6, 3)
+    level = cls.level
+    nominal_other = c.levels["other"].nominal_cl
+    c.apply(config(queuing_level("other", 10), schemas=(FO,)))
+    assert c.levels["q"] is level and level.quiescing
+    assert "q,      " in dump_priority_levels(c).replace("true", "T")  # still listed
+    # A quiescing level still counts in the shares: others' nominal limits are unchanged.
+    assert c.levels["other"].nominal_cl == nominal_other
+    # New requests no longer classify into it.
+    assert c.classify(ALICE).flow_schema == "catch-all"
+    # Its requests carry on: the waiting ones are dispatched as seats free up.
+    finished = 0
+    while any(r.state == EXECUTING for r in reqs):
+        assert "q" in c.levels
+        c.finish(cls, next(r for r in reqs if r.state == EXECUTING))
+        finished += 1
+    assert finished == 9 and all(r.state == FINISHED for r in reqs)
+    assert "q" not in c.levels  # reaped when idle
+    # ... and the shares are recomputed without it: ceil(15 * 10 / 15).
+    assert c.levels["other"].nominal_cl == 10
+
+
+def test_removed_idle_level_goes_at_once() -> None:
+    c, _ = controller()
+    c.apply(config(queuing_level("other", 10), schemas=(FO,)))
+    assert "q" not in c.levels
+    assert c.levels["other"].nominal_cl == 10
+
+
+def test_re_added_level_stops_quiescing() -> None:
+    c, _ = controller()
+    cls, reqs = load(c, 6, 1)
+    c.apply(config(queuing_level("other", 10), schemas=(FO,)))
+    assert cls.level.quiescing
+    c.apply(
+        config(
+            queuing_level("q", 10, queues=4, hand_size=1, queue_length_limit=10),
+            queuing_level("other", 10),
+        )
+    )
+    assert c.levels["q"] is cls.level and not cls.level.quiescing
+    assert c.classify(ALICE).priority_level == "q"
+    drain(c, cls, reqs)
+    assert "q" in c.levels and cls.level.qs.dispatched == 7
+
+
+def test_quiescing_level_reaped_when_idle_by_cancellation_and_time_out() -> None:
+    """Kubernetes reaps a quiescing level after any request leaves it, not only on finish."""
+    c, clock = controller()
+    cls = c.classify(ALICE)
+    # A finished request whose final seats (all 6) are held for 100 s keeps the others waiting.
+    holder = c.start(cls, WorkEstimate(1, 6, 100.0))
+    timed = c.start(cls, W1, wait_deadline=clock.now() + 5.0)
+    cancelled = c.start(cls, W1)
+    c.finish(cls, holder)
+    assert timed.state == cancelled.state == WAITING
+    c.apply(config(queuing_level("other", 10), schemas=(FO,)))
+    assert cls.level.quiescing
+    assert c.cancel(cls, cancelled)
+    assert "q" in c.levels  # the timed request still waits
+    clock.advance(5.0)
+    assert timed.state == REJECTED and timed.reason == "time-out"
+    assert cls.level.qs.is_idle
+    assert "q" not in c.levels
