@@ -37,6 +37,20 @@ REJECT_REASONS = ("queue-full", "concurrency-limit", "time-out")
 MAX_REQUESTS = 5_000_000
 
 
+def expected_calls(spec: ClientSpec) -> float:
+    """Calls a client (all its copies) makes if it never waits; a closed loop calls at least
+    once per thread."""
+    window = spec.stop - spec.start
+    if spec.closed_loop:
+        per_thread = max(1.0, window / (spec.service_time + spec.think_time))
+        if spec.calls is not None:
+            per_thread = min(per_thread, spec.calls)
+        per_copy = spec.threads * per_thread
+    else:
+        per_copy = spec.rate * window
+    return spec.replicas * per_copy
+
+
 class SimulationError(Exception):
     """The traffic cannot be simulated with this configuration (message names the client)."""
 
@@ -74,15 +88,6 @@ class ClientRun:
         if spec.closed_loop and spec.calls is not None:
             stop = min(stop, spec.start + spec.calls * (spec.service_time + spec.think_time))
         return spec.start, stop
-
-    @property
-    def expected_calls(self) -> float:
-        """Calls the client makes if it never waits (an upper bound for a closed loop)."""
-        spec = self.spec
-        start, stop = self.active
-        if spec.closed_loop:
-            return spec.threads * (stop - start) / (spec.service_time + spec.think_time)
-        return spec.rate * (stop - start)
 
     @property
     def demand_seat_seconds(self) -> float:
@@ -128,15 +133,15 @@ class Simulation:
             server_concurrency_limit=traffic.server_concurrency_limit,
             config=config,
         )
-        self.clients = [
-            self._replica(spec, r) for spec in traffic.clients for r in range(spec.replicas)
-        ]
-        expected = sum(c.expected_calls for c in self.clients)
+        expected = sum(expected_calls(spec) for spec in traffic.clients)
         if expected > MAX_REQUESTS:
             raise SimulationError(
                 f"the traffic asks for about {expected:,.0f} requests; the simulator stops at "
-                f"{MAX_REQUESTS:,}: shorten the duration or lower rates and threads"
+                f"{MAX_REQUESTS:,}: shorten the duration or lower rates, threads and replicas"
             )
+        self.clients = [
+            self._replica(spec, r) for spec in traffic.clients for r in range(spec.replicas)
+        ]
         # The same periodic borrowing pass the gateway runs, on the virtual clock.
         self.adjuster = BorrowingAdjuster(self.controller, self.clock, keep_history=True)
         self.levels = {

@@ -336,3 +336,10 @@ def test_watch_is_simulated_and_runaway_traffic_is_refused() -> None:
     }
     with pytest.raises(SimulationError, match=r"about 18,000,000 requests"):
         run(data)
+    # Counted before any copy or thread exists.
+    data = {
+        "duration": "1s",
+        "clients": [client("many", "u-{i}", threads=1000, replicas=10_000, serviceTime="1s")],
+    }
+    with pytest.raises(SimulationError, match=r"about 10,000,000 requests"):
+        run(data)
