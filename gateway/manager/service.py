@@ -35,6 +35,9 @@ class ServiceSettings:
     prewarm: dict[str, int] = field(default_factory=dict)  # kind -> stem cells kept ready
     remove_on_exit: bool = True
     max_evictions_per_acquire: int = 8
+    # a stem cell taken is replaced after this delay, so that starting the replacement (a
+    # process start, CPU-heavy) does not compete with the /init and /run it was taken for
+    backfill_delay_seconds: float = 0.25
 
 
 class AcquireRejected(Exception):
@@ -155,18 +158,19 @@ class ManagerService:
         if not stems or c.action.memory_mb != STEM_MEMORY_MB:
             return None
         stem = stems.pop(0)
-        self._spawn(self._backfill(c.action.kind))
+        self._spawn(self._backfill(c.action.kind, self.settings.backfill_delay_seconds))
         handle = await self.backend.relabel(stem, {**stem.labels, **labels})
         # the stem's id becomes the container id: the core's reservation takes its identity
         self.core.containers[stem.id] = self.core.containers.pop(c.id)
         c.id = stem.id
         return handle
 
-    async def _backfill(self, kind: str) -> None:
+    async def _backfill(self, kind: str, delay: float = 0.0) -> None:
         if kind in self._backfilling:
             return
         self._backfilling.add(kind)
         try:
+            await asyncio.sleep(delay)
             while len(self.stems.get(kind, [])) < self.settings.prewarm.get(kind, 0):
                 spec = ContainerSpec(
                     new_container_id(), kind, STEM_MEMORY_MB, None, {"role": "stem", "kind": kind}
