@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-TransportName = Literal["aiohttp", "httpx", "httpx-aiohttp"]
+TransportName = Literal["aiohttp", "httpx", "httpx-aiohttp", "h1"]
 TRANSPORTS: dict[str, str] = {
     "aiohttp": "gateway.proxy.aiohttp_transport:AiohttpUpstreamTransport",
     "httpx": "gateway.proxy.httpx_transport:HttpxUpstreamTransport",
     "httpx-aiohttp": "gateway.proxy.httpx_transport:HttpxAiohttpUpstreamTransport",
+    "h1": "gateway.proxy.h1_transport:H1UpstreamTransport",
 }
 
 Headers = list[tuple[bytes, bytes]]

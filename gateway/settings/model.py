@@ -47,7 +47,7 @@ class AuthenticationSettings:
 
 @dataclass(frozen=True, slots=True)
 class ProxySettings:
-    transport: Literal["aiohttp", "httpx", "httpx-aiohttp"] = "aiohttp"
+    transport: Literal["aiohttp", "httpx", "httpx-aiohttp", "h1"] = "h1"
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
     pool_timeout: float = 5.0

@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 import httpx
+import pytest
 
 from tests.frontdoor.conftest import ServerThread, start_gateway
 
 APF_OFF = {"enablePriorityAndFairness": False}
 
 
-def _gateway(gateways: list[ServerThread], upstream: ServerThread, **extra: object) -> str:
-    gw = start_gateway({"upstreams": [{"url": upstream.url}], **APF_OFF, **extra})
+@pytest.fixture(params=["h1", "aiohttp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _gateway(
+    gateways: list[ServerThread], upstream: ServerThread, transport: str, **extra: Any
+) -> str:
+    proxy = {"transport": transport, **extra.pop("proxy", {})}
+    gw = start_gateway({"upstreams": [{"url": upstream.url}], **APF_OFF, "proxy": proxy, **extra})
     gateways.append(gw)
     return gw.url
 
 
 def test_headers_forwarded_and_hop_by_hop_stripped(
-    upstream: ServerThread, gateways: list[ServerThread]
+    upstream: ServerThread, gateways: list[ServerThread], transport: str
 ) -> None:
-    url = _gateway(gateways, upstream)
+    url = _gateway(gateways, upstream, transport)
     r = httpx.get(
         url + "/echo/x?a=1",
         headers={
@@ -64,9 +74,9 @@ def test_routes_by_longest_prefix(upstream: ServerThread, gateways: list[ServerT
 
 
 def test_request_body_streams_to_upstream(
-    upstream: ServerThread, gateways: list[ServerThread]
+    upstream: ServerThread, gateways: list[ServerThread], transport: str
 ) -> None:
-    url = _gateway(gateways, upstream)
+    url = _gateway(gateways, upstream, transport)
 
     def body():  # type: ignore[no-untyped-def]
         for _ in range(64):
@@ -80,9 +90,9 @@ def test_request_body_streams_to_upstream(
 
 
 def test_response_streams_before_upstream_finishes(
-    upstream: ServerThread, gateways: list[ServerThread]
+    upstream: ServerThread, gateways: list[ServerThread], transport: str
 ) -> None:
-    url = _gateway(gateways, upstream)
+    url = _gateway(gateways, upstream, transport)
     with httpx.stream("GET", url + "/stream/3", timeout=5) as r:
         lines = r.iter_lines()
         got = [next(lines) for _ in range(3)]
@@ -91,11 +101,14 @@ def test_response_streams_before_upstream_finishes(
         assert list(lines) == ["end"]
 
 
-def test_refused_upstream_is_502_status(gateways: list[ServerThread]) -> None:
+def test_refused_upstream_is_502_status(gateways: list[ServerThread], transport: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    gw = start_gateway({"upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF})
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF,
+        "proxy": {"transport": transport},
+    })  # fmt: skip
     gateways.append(gw)
     r = httpx.get(gw.url + "/x")
     assert r.status_code == 502
@@ -104,9 +117,9 @@ def test_refused_upstream_is_502_status(gateways: list[ServerThread]) -> None:
 
 
 def test_upstream_timeout_is_504_status(
-    upstream: ServerThread, gateways: list[ServerThread]
+    upstream: ServerThread, gateways: list[ServerThread], transport: str
 ) -> None:
-    url = _gateway(gateways, upstream, proxy={"readTimeout": "200ms"})
+    url = _gateway(gateways, upstream, transport, proxy={"readTimeout": "200ms"})
     r = httpx.get(url + "/hold/slow", timeout=5)
     httpx.get(upstream.url + "/release/slow")
     assert r.status_code == 504
