@@ -7,6 +7,7 @@ with nanoseconds, UTC.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -35,17 +36,30 @@ def tabwrite(rows: list[list[str]]) -> str:
 
 
 def go_duration(seconds: float) -> str:
-    """Go's ``time.Duration.String`` for the values the dumps show."""
-    if seconds == 0:
-        return "0s"
+    """Go's ``time.Duration.String``: ``0s``, ``5ms``, ``1.5µs``, ``1m30s``, ``1h0m0s``."""
     ns = round(seconds * 1e9)
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
     if ns < 1000:
-        return f"{ns}ns"
+        return f"{sign}{ns}ns"
     if ns < 1_000_000:
-        return f"{ns / 1000:g}µs"
+        return f"{sign}{_decimal(ns, 1000)}µs"
     if ns < 1_000_000_000:
-        return f"{ns / 1e6:g}ms"
-    return f"{ns / 1e9:g}s"
+        return f"{sign}{_decimal(ns, 1_000_000)}ms"
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    head = f"{hours}h{minutes}m" if hours else f"{minutes}m" if minutes else ""
+    return f"{sign}{head}{_decimal(rest, 10**9)}s"
+
+
+def _decimal(value: int, unit: int) -> str:
+    """``value / unit`` written exactly, without trailing zeros (``unit`` a power of ten)."""
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    return f"{whole}.{frac:0{len(str(unit)) - 1}d}".rstrip("0")
 
 
 def dump_priority_levels(controller: FlowController) -> str:
@@ -163,7 +177,10 @@ def _details(descr: object) -> list[str]:
 
 
 def _rfc3339(unix: float) -> str:
-    dt = datetime.fromtimestamp(unix, UTC)
-    ns = round((unix - int(unix)) * 1e9) if unix >= 0 else 0
-    frac = f".{ns:09d}".rstrip("0").rstrip(".") if ns else ""
+    whole = math.floor(unix)
+    ns = round((unix - whole) * 1e9)
+    if ns == 1_000_000_000:  # rounded up into the next second
+        whole, ns = whole + 1, 0
+    dt = datetime.fromtimestamp(whole, UTC)
+    frac = f".{ns:09d}".rstrip("0") if ns else ""
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + frac + "Z"
