@@ -412,10 +412,23 @@ class Invoker:
         self.registered.set()
         return float(data.get("lease_seconds", 10.0))
 
-    def _sync(self, data: dict[str, Any]) -> None:
+    def _sync(self, data: dict[str, Any], held_before: set[str] | None = None) -> None:
+        """Adopt what the manager says is ours; stop routing to what it no longer does.
+
+        Only containers held *before* the request was sent can be dropped: one acquired while
+        the renewal was in flight may be missing from an answer computed earlier.
+        """
+        ours = set()
         for item in data.get("containers", []):
+            ours.add(item["id"])
             if item.get("url"):
                 self.add_container(item)
+        for cid in (held_before or set()) - ours:
+            if self.pool.discard(cid) is not None:
+                log.warning("the manager no longer assigns %s to this router", cid)
+                tail = self.logs.pop(cid, None)
+                if tail is not None:
+                    tail.close()
 
     async def lease_loop(self) -> None:
         while True:
@@ -423,8 +436,9 @@ class Invoker:
                 if not self.registered.is_set():
                     lease = await self.register()
                 else:
+                    held = set(self.pool.by_id)
                     data = await self.manager.renew(self.settings.router_id)
-                    self._sync(data)
+                    self._sync(data, held)
                     lease = float(data.get("lease_seconds", 10.0))
             except UnknownToManager:
                 self.registered.clear()

@@ -27,6 +27,16 @@ async def test_disjoint_ownership_and_proxy(platform: Platform, client: httpx.As
     assert via_r2.headers["x-apf-proxied-by"] == "r2"
     assert annotation(via_r2.json(), "container") == owner
     assert await held(client, r2.url) == set()
+    # a non-blocking invoke is forwarded too, under the id r2 answered with
+    nb = await invoke(client, r2, "one", {"sleep": 0}, "blocking=false")
+    assert nb.status_code == 202
+    aid = nb.json()["activationId"]
+    for _ in range(100):
+        got = await client.get(f"{r1.url}/api/v1/namespaces/_/activations/{aid}")
+        if got.status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert got.status_code == 200 and annotation(got.json(), "container") == owner
 
     # load through both routers: every container has exactly one owner
     await put_action(client, r1, "busy", SLOW)
