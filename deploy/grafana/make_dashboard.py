@@ -1,0 +1,250 @@
+# ruff: noqa: E501 - PromQL expressions read better unwrapped
+"""Writes apf-gateway.json (Grafana dashboard). Run: python deploy/grafana/make_dashboard.py
+
+APF panels use the Kubernetes metric names the front door exports (apiserver_flowcontrol_*),
+so they also work on a real kube-apiserver. Platform panels use the front door's upstream
+metrics (invocations reaching the routers) and kube-state-metrics for action pods; the latter
+needs ``--metric-labels-allowlist=pods=[app.kubernetes.io/managed-by,apf-gateway.dev/action,
+apf-gateway.dev/action-namespace,apf-gateway.dev/role]`` on kube-state-metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PL = 'priority_level=~"$priority_level"'
+RI = "$__rate_interval"
+ACTION_PODS = (
+    'kube_pod_labels{namespace="$namespace",'
+    'label_app_kubernetes_io_managed_by="apf-gateway-manager",label_apf_gateway_dev_role="action"}'
+)
+
+
+def panel(
+    title: str, targets: list[tuple[str, str]], unit: str = "short", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "type": "timeseries",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "table", "placement": "bottom"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+        **extra,
+    }
+
+
+def quantiles(metric: str, extra: str = "") -> list[tuple[str, str]]:
+    sel = PL + (f",{extra}" if extra else "")
+    return [
+        (
+            f"histogram_quantile({q}, sum by (priority_level, le) "
+            f"(rate({metric}_bucket{{{sel}}}[{RI}])))",
+            f"p{round(q * 100)} {{{{priority_level}}}}",
+        )
+        for q in (0.5, 0.9, 0.99)
+    ]
+
+
+APF = [
+    panel(
+        "Seat utilization (time-weighted mean) per priority level",
+        [
+            (
+                f"sum by (priority_level) (rate(apiserver_flowcontrol_priority_level_seat_utilization_sum{{{PL}}}[{RI}]))"
+                f" / sum by (priority_level) (rate(apiserver_flowcontrol_priority_level_seat_utilization_count{{{PL}}}[{RI}]))",
+                "{{priority_level}}",
+            )
+        ],
+        "percentunit",
+    ),
+    panel(
+        "Seats executing vs current limit",
+        [
+            (
+                f"sum by (priority_level) (apiserver_flowcontrol_current_executing_seats{{{PL}}})",
+                "executing {{priority_level}}",
+            ),
+            (
+                f"max by (priority_level) (apiserver_flowcontrol_current_limit_seats{{{PL}}})",
+                "limit {{priority_level}}",
+            ),
+        ],
+    ),
+    panel(
+        "Borrowing: nominal, lower, upper and current limits",
+        [
+            (
+                f"max by (priority_level) (apiserver_flowcontrol_nominal_limit_seats{{{PL}}})",
+                "nominal {{priority_level}}",
+            ),
+            (
+                f"max by (priority_level) (apiserver_flowcontrol_lower_limit_seats{{{PL}}})",
+                "lower {{priority_level}}",
+            ),
+            (
+                f"max by (priority_level) (apiserver_flowcontrol_upper_limit_seats{{{PL}}})",
+                "upper {{priority_level}}",
+            ),
+            (
+                f"max by (priority_level) (apiserver_flowcontrol_current_limit_seats{{{PL}}})",
+                "current {{priority_level}}",
+            ),
+        ],
+    ),
+    panel(
+        "Requests waiting in queues",
+        [
+            (
+                f"sum by (priority_level) (apiserver_flowcontrol_current_inqueue_requests{{{PL}}})",
+                "{{priority_level}}",
+            )
+        ],
+    ),
+    panel(
+        "Queue length after enqueue",
+        quantiles("apiserver_flowcontrol_request_queue_length_after_enqueue"),
+    ),
+    panel(
+        "Queue wait (requests that executed)",
+        quantiles("apiserver_flowcontrol_request_wait_duration_seconds", 'execute="true"'),
+        "s",
+    ),
+    panel(
+        "Rejections by reason",
+        [
+            (
+                f"sum by (priority_level, reason) (rate(apiserver_flowcontrol_rejected_requests_total{{{PL}}}[{RI}]))",
+                "{{priority_level}} {{reason}}",
+            )
+        ],
+        "reqps",
+    ),
+    panel(
+        "Dispatched requests",
+        [
+            (
+                f"sum by (priority_level) (rate(apiserver_flowcontrol_dispatched_requests_total{{{PL}}}[{RI}]))",
+                "{{priority_level}}",
+            )
+        ],
+        "reqps",
+    ),
+    panel("Execution time", quantiles("apiserver_flowcontrol_request_execution_seconds"), "s"),
+]
+
+PLATFORM = [
+    panel(
+        "Invocations reaching the routers (front door upstream requests)",
+        [
+            (
+                f"sum by (upstream) (rate(gateway_upstream_request_duration_seconds_count[{RI}]))",
+                "{{upstream}}",
+            )
+        ],
+        "reqps",
+    ),
+    panel(
+        "Upstream errors by kind",
+        [
+            (
+                f"sum by (upstream, kind) (rate(gateway_upstream_errors_total[{RI}]))",
+                "{{upstream}} {{kind}}",
+            )
+        ],
+        "reqps",
+    ),
+    panel(
+        "Containers (action pods) per action",
+        [
+            (
+                f"count by (label_apf_gateway_dev_action_namespace, label_apf_gateway_dev_action) ({ACTION_PODS})",
+                "{{label_apf_gateway_dev_action_namespace}}/{{label_apf_gateway_dev_action}}",
+            )
+        ],
+    ),
+    panel(
+        "Cold starts: action pods created in the last 5 minutes (prewarmed stem cells excluded)",
+        [
+            (
+                'count by (label_apf_gateway_dev_action) ((time() - kube_pod_created{namespace="$namespace"} < 300)'
+                f" * on (namespace, pod) group_left (label_apf_gateway_dev_action) {ACTION_PODS})",
+                "{{label_apf_gateway_dev_action}}",
+            )
+        ],
+    ),
+    panel(
+        "Configuration reloads",
+        [(f"sum by (result) (increase(gateway_config_reloads_total[{RI}]))", "{{result}}")],
+    ),
+]
+
+
+def layout(panels: list[dict[str, Any]], y: int, row: str, row_id: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {
+            "type": "row",
+            "title": row,
+            "collapsed": False,
+            "id": row_id,
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            "panels": [],
+        }
+    ]
+    for i, p in enumerate(panels):
+        p["id"] = row_id + 1 + i
+        p["gridPos"] = {"h": 8, "w": 12, "x": 12 * (i % 2), "y": y + 1 + 8 * (i // 2)}
+        out.append(p)
+    return out
+
+
+def dashboard() -> dict[str, Any]:
+    panels = layout(APF, 0, "API Priority and Fairness (per priority level)", 100)
+    panels += layout(PLATFORM, 1 + 8 * ((len(APF) + 1) // 2), "Platform", 200)
+    return {
+        "title": "apf-gateway",
+        "uid": "apf-gateway",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "tags": ["apf-gateway", "apf", "flowcontrol"],
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Data source",
+                },
+                {
+                    "name": "priority_level",
+                    "type": "query",
+                    "label": "Priority level",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": {
+                        "query": "label_values(apiserver_flowcontrol_nominal_limit_seats, priority_level)",
+                        "refId": "pl",
+                    },
+                    "multi": True,
+                    "includeAll": True,
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+                {"name": "namespace", "type": "constant", "query": "apf-gateway", "hide": 2},
+            ]
+        },
+        "panels": panels,
+    }
+
+
+if __name__ == "__main__":
+    target = Path(__file__).with_name("apf-gateway.json")
+    target.write_text(json.dumps(dashboard(), indent=2) + "\n")
+    print(f"wrote {target}")
