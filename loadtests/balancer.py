@@ -21,7 +21,7 @@ class Balancer:
         self.connections = 0
         self.connect_errors = 0
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
         self._server: asyncio.AbstractServer | None = None
 
     @property
@@ -49,6 +49,16 @@ class Balancer:
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+    def _serve(self) -> None:
+        """The switch's own thread: serve until stopped, then close every pipe and the loop."""
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

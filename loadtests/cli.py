@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration", metavar="DURATION", help="run time, e.g. 30s (default: the scenario's)"
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="output folder (default loadtest-results/SCENARIO-TIMESTAMP)"
+        "--out", metavar="DIR", help="output folder (default out/loadtest/SCENARIO-TIMESTAMP)"
     )
     parser.add_argument(
         "--users", metavar="FACTOR", type=float, help="scale every tenant's user count by FACTOR"
@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
             raise scenario.ScenarioError("--processes must be at least 1")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = Path(args.scenario).stem
-        out = Path(args.out) if args.out else Path("loadtest-results") / f"{name}-{stamp}"
+        out = Path(args.out) if args.out else Path("out") / "loadtest" / f"{name}-{stamp}"
         runner.run(
             runner.Options(
                 args.scenario, out.resolve(), duration, args.processes, args.users, args.quiet

@@ -244,7 +244,13 @@ def wait_time_for(spec: dict[str, Any]) -> Any:
 def tenant_classes(kinds: set[str] | None = None) -> dict[str, type[TenantUser]]:
     """One ``User`` subclass per tenant of the run (optionally only some kinds)."""
     out: dict[str, type[TenantUser]] = {}
+    # Locust does not spawn fixed_count classes that a shape's stage adds later, so with
+    # per-stage classes the late arrivals (elephants, or a tenant with a start time) are
+    # weighted by their user count: the fixed tenants keep their users and the shape asks for
+    # exactly the sum, so the late ones split the rest in proportion.
+    staged = (RUN.get("shape") or {}).get("type") == "elephants-arrive"
     for spec in RUN["tenants"]:
+        by_weight = staged and (spec["kind"] == "elephant" or float(spec.get("start", 0)) > 0)
         if kinds is not None and spec["kind"] not in kinds:
             continue
         base = KINDS[spec["kind"]]
@@ -253,8 +259,8 @@ def tenant_classes(kinds: set[str] | None = None) -> dict[str, type[TenantUser]]
             "tenant": spec["name"],
             "spec": spec,
             # Tenants with a weight are the ones a load shape scales; the others stay fixed.
-            "fixed_count": 0 if spec.get("weight") else int(spec["users"]),
-            "weight": int(spec.get("weight") or 1),
+            "fixed_count": 0 if spec.get("weight") or by_weight else int(spec["users"]),
+            "weight": int(spec.get("weight") or (spec["users"] if by_weight else 1)),
             "wait_time": wait_time_for(spec),
         }
         if spec.get("method"):

@@ -45,7 +45,7 @@ def throughput(
         for e in events:
             if e["tenant"] != t["name"]:
                 continue
-            i = int(e["t"] - t0)
+            i = int(e["t"] + e["latency"] - t0)
             if 0 <= i < duration:
                 if 200 <= e["status"] < 300:
                     ok[i] += 1

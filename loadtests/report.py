@@ -37,7 +37,11 @@ def phases_of(doc: dict[str, Any], duration: float) -> list[dict[str, Any]]:
     from loadtests.scenario import seconds
 
     raw = doc.get("phases") or [
-        {"name": "steady", "start": doc.get("warmup", min(5.0, duration / 5)), "end": duration}
+        {
+            "name": "steady",
+            "start": doc.get("warmup", min(5.0, duration / 5)),
+            "end": max(duration - 1.0, duration * 0.9),  # the last second is ramp-down
+        }
     ]
     return [
         {
@@ -211,7 +215,9 @@ def generate(out: Path) -> dict[str, Any]:
         "gatewayExitCodes": run.get("gatewayExitCodes"),
     }
     for ph in phases_of(doc, duration):
-        window = [e for e in events if ph["start"] <= e["t"] - t0 < ph["end"]]
+        # By completion time: a request counts where its answer arrived (requests cut off at
+        # the end of the run never complete and so never skew the last second).
+        window = [e for e in events if ph["start"] <= e["t"] + e["latency"] - t0 < ph["end"]]
         length = ph["end"] - ph["start"]
         stats = {
             t["name"]: tenant_stats([e for e in window if e["tenant"] == t["name"]], length)

@@ -20,6 +20,10 @@ def _fixed_users(classes: list[Any]) -> int:
     return sum(int(c.fixed_count) for c in classes)
 
 
+def _users(classes: list[Any]) -> int:
+    return sum(int(c.spec["users"]) for c in classes)
+
+
 class _RunShape(LoadTestShape):
     abstract = True
     classes: ClassVar[list[Any]] = []  # set by the locustfile
@@ -70,21 +74,24 @@ class SpikeShape(_RunShape):
 
 class ElephantsArriveShape(_RunShape):
     """Everyone but the elephants from the start; elephants join at ``at`` seconds (and leave
-    at ``leave`` if given) - the first stage is the unloaded baseline."""
+    at ``leave`` if given), so the first stage is the unloaded baseline. A tenant's own
+    ``start``/``stop`` (seconds) override this, for any kind."""
 
     abstract = True
+
+    def active(self, spec: dict[str, Any], t: float) -> bool:
+        elephant = spec.get("kind") == "elephant"
+        start = float(spec.get("start", self.params.get("at", 10) if elephant else 0))
+        default_stop = self.params.get("leave", self.duration + 1) if elephant else None
+        stop = float(spec.get("stop", default_stop or self.duration + 1))
+        return start <= t < stop
 
     def tick(self) -> tuple[int, float, list[Any]] | None:
         t = self.get_run_time()
         if t >= self.duration:
             return None
-        at = float(self.params.get("at", 10))
-        leave = float(self.params.get("leave", self.duration + 1))
-        if at <= t < leave:
-            classes = list(self.classes)
-        else:
-            classes = [c for c in self.classes if c.spec.get("kind") != "elephant"]
-        users = _fixed_users(classes)
+        classes = [c for c in self.classes if self.active(c.spec, t)]
+        users = _users(classes)
         return users, self.spawn_rate(users), classes
 
 

@@ -1,0 +1,96 @@
+"""Smoke runs of two short scenarios end to end, so the locustfiles and the report cannot rot.
+
+Each run is a real ``python -m loadtests`` subprocess: slow upstream, ``apf-gateway serve`` and
+Locust (never imported here: it monkey-patches with gevent) on 127.0.0.1, bounded to a few
+seconds. Both run at the same time to keep the test short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
+
+pytest.importorskip("locust", reason="needs the loadtest extra (locust)")
+pytest.importorskip("matplotlib", reason="needs the loadtest extra (matplotlib)")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("loadtest")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    outs = {name: base / name for name in ("smoke-fairness", "smoke-mice")}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "loadtests", str(HERE / f"{name}.yaml"), "--out", str(out)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name, out in outs.items()
+    }
+    for name, p in procs.items():
+        output, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, f"{name} failed:\n{output.decode(errors='replace')[-3000:]}"
+    return outs
+
+
+def _report(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "report.json").read_text())
+
+
+def test_outputs_exist(runs: dict[str, Path]) -> None:
+    for out in runs.values():
+        for name in ("locust_stats.csv", "locust.html", "report.md", "metrics-after.txt"):
+            assert (out / name).stat().st_size > 0, name
+        for plot in ("throughput", "waits", "seats"):
+            data = (out / "plots" / f"{plot}.png").read_bytes()
+            assert data.startswith(PNG) and len(data) < 200_000
+
+
+def test_every_tenant_has_goodput(runs: dict[str, Path]) -> None:
+    report = _report(runs["smoke-fairness"])
+    steady = report["phases"][-1]["tenants"]
+    assert set(steady) == {"tenant-1", "tenant-2", "writer", "lister", "admin"}
+    for name, stats in steady.items():
+        assert stats["goodput"] > 0, name
+        assert stats["failed"] == 0, (name, stats["failures"])
+    # The two equal elephants share the level: neither gets less than half the other's goodput.
+    a, b = steady["tenant-1"]["goodput"], steady["tenant-2"]["goodput"]
+    assert min(a, b) / max(a, b) > 0.5
+    assert 0.5 < report["phases"][-1]["jain"] <= 1.0
+    assert report["server"]["levels"]["workload"]["dispatched"] > 0
+    # Locust's CSV has a row per tenant (name="<tenant> <op>").
+    rows = (runs["smoke-fairness"] / "locust_stats.csv").read_text()
+    for row in ("tenant-1 get", "writer update", "lister list", "admin get"):
+        assert row in rows
+
+
+def test_mice_survive_elephants_and_timeouts_are_expected(runs: dict[str, Path]) -> None:
+    report = _report(runs["smoke-mice"])
+    unloaded, loaded = report["phases"]
+    assert unloaded["tenants"]["elephant-1"]["requests"] == 0  # elephants arrive at 1.5 s
+    assert loaded["tenants"]["elephant-1"]["ok"] > 0
+    for mouse in ("mouse-1", "mouse-2"):
+        assert loaded["tenants"][mouse]["goodput"] > 0
+    reasons = {r["reason"] for r in report["server"]["rejected"]}
+    assert "time-out" in reasons
+    # 429s are expected outcomes with a Retry-After, not failures.
+    assert report["totals"]["rejected"] > 0 and report["totals"]["failed"] == 0
+    rejected = [
+        s for s in loaded["tenants"].values() if s["rejected"] and s["retryAfter"] is not None
+    ]
+    assert rejected and all(s["retryAfter"]["min"] >= 1 for s in rejected)
+    assert {t["name"]: t["met"] for t in report["targets"]} == {
+        "no mouse rejected (loaded)": True,
+        "rejections with reason time-out in [1, inf]": True,
+    }
