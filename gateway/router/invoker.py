@@ -1,15 +1,15 @@
-"""Runs activations: a slot in an owned container (or the manager's answer), /init, /run.
+"""The router's I/O shell around its pool: admission, capacity from the manager, container
+events (pause, give back, drain) and the lease.
 
-The pool (pure) decides which container and when; this shell talks HTTP to containers and
-the manager, enforces the action timeout, replaces dead containers and keeps the pool in
-step with the manager's lease answers.
+The pool (pure) decides which container and when; this shell gets slots (or the manager's
+proxy/429 answer), hands the activation to ``execution.Executor``, gives broken containers
+back, and keeps the pool in step with the manager's lease answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
@@ -24,21 +24,13 @@ import aiohttp
 from gateway.flowcontrol.clock import EventClock
 from gateway.manager.core import ActionSpec
 from gateway.platform.actions import ActionInfo
-from gateway.router.activation import (
-    INIT_EXITED,
-    INIT_TIMEOUT,
-    RUN_EXITED,
-    TIMEOUT,
-    Outcome,
-    Status,
-    error_outcome,
-)
+from gateway.router.activation import Outcome
+from gateway.router.execution import Executor
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.manager_client import ManagerClient, ManagerUnavailable, UnknownToManager
 from gateway.router.pool import PoolSettings, RouterPool, Slot, WarmContainer
 
 log = logging.getLogger("gateway.router")
-ALREADY_INITIALIZED = "Cannot initialize the action more than once."
 
 
 class Throttled(Exception):
@@ -75,10 +67,6 @@ def spec_of(action: ActionInfo) -> ActionSpec:
     )
 
 
-def _ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Invoker:
     def __init__(
         self,
@@ -93,6 +81,7 @@ class Invoker:
         self.url = ""  # this router's URL, set before start()
         self.pool = RouterPool(clock, settings.pool, self)
         self.logs: dict[str, ContainerLogs | NoLogs] = {}
+        self.executor = Executor(http, self.pool, self.logs, self._lost)
         self._pending: dict[str, int] = {}
         self._futures: dict[str, set[asyncio.Future[Slot]]] = {}
         self._proxies: dict[str, tuple[list[str], float]] = {}
@@ -205,134 +194,13 @@ class Invoker:
     async def run(
         self, slot: Slot, action: ActionInfo, params: dict[str, Any], activation_id: str, t0: float
     ) -> Outcome:
-        c = slot.container
+        """Init if needed, run, release the slot; always an outcome, never an exception."""
         try:
             if slot.needs_resume:
-                self.resume(c)
-            outcome = Outcome(Status.SUCCESS, {}, container=c.id)
-            outcome.start_ms = _ms()
-            outcome.wait_ms = int((time.monotonic() - t0) * 1000)
-            limit = action.timeout_ms / 1000
-            logs: list[str] = []
-            if slot.needs_init:
-                failed = await self._init(slot, action, outcome, limit)
-                logs = self._logs(c, action)
-                if failed is not None:
-                    failed.logs = logs
-                    return failed
-            deadline = outcome.start_ms + action.timeout_ms
-            body = {
-                "value": {**action.parameters, **params},
-                "namespace": action.namespace,
-                "action_name": f"/{action.path}",
-                "action_version": action.version,
-                "activation_id": activation_id,
-                "transaction_id": activation_id,
-                "deadline": str(deadline),
-            }
-            try:
-                async with asyncio.timeout(limit):
-                    status, data = await self._post(c.url + "/run", body)
-            except TimeoutError:
-                self._lost(c, "timeout")
-                return error_outcome(
-                    Status.DEVELOPER_ERROR,
-                    TIMEOUT.format(action.timeout_ms),
-                    timed_out=True,
-                    **self._times(outcome, c, action, logs),
-                )
-            except (aiohttp.ClientError, ValueError):
-                self._lost(c, "failed")
-                return error_outcome(
-                    Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
-                )
-            kw = self._times(outcome, c, action, logs)
-            if not isinstance(data, dict):
-                return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
-            if status == 200 and "error" not in data:
-                return Outcome(Status.SUCCESS, data, **kw)
-            if status == 200 or "error" in data:
-                return Outcome(Status.APPLICATION_ERROR, data, **kw)
-            return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
+                self.resume(slot.container)
+            return await self.executor.execute(slot, action, params, activation_id, t0)
         finally:
             self.pool.release(slot)
-
-    def _times(
-        self, outcome: Outcome, c: WarmContainer, action: ActionInfo, logs: list[str]
-    ) -> dict[str, Any]:
-        return {
-            "start_ms": outcome.start_ms,
-            "end_ms": _ms(),
-            "wait_ms": outcome.wait_ms,
-            "init_ms": outcome.init_ms,
-            "container": c.id,
-            "logs": logs + self._logs(c, action),
-        }
-
-    async def _init(
-        self, slot: Slot, action: ActionInfo, outcome: Outcome, limit: float
-    ) -> Outcome | None:
-        c = slot.container
-        env = {
-            "__OW_NAMESPACE": action.namespace,
-            "__OW_ACTION_NAME": f"/{action.path}",
-            "__OW_ACTION_VERSION": action.version,
-        }
-        if action.concurrency > 1:
-            env["__OW_ALLOW_CONCURRENT"] = "true"
-        body = {
-            "value": {
-                "name": action.name,
-                "main": action.main,
-                "code": action.code,
-                "binary": action.binary,
-                "env": env,
-            }
-        }
-        started = time.monotonic()
-        failure: Outcome | None = None
-        try:
-            async with asyncio.timeout(limit):
-                status, data = await self._post(c.url + "/init", body)
-            ok = status == 200 or (
-                status == 403
-                and isinstance(data, dict)
-                and data.get("error") == ALREADY_INITIALIZED
-            )
-            if not ok:
-                message = data.get("error") if isinstance(data, dict) else None
-                failure = error_outcome(Status.DEVELOPER_ERROR, str(message or INIT_EXITED))
-        except TimeoutError:
-            failure = error_outcome(
-                Status.DEVELOPER_ERROR, INIT_TIMEOUT.format(action.timeout_ms), timed_out=True
-            )
-        except (aiohttp.ClientError, ValueError):
-            failure = error_outcome(Status.DEVELOPER_ERROR, INIT_EXITED)
-        outcome.init_ms = int((time.monotonic() - started) * 1000)
-        self.pool.init_done(slot, failure is None)
-        if failure is not None:
-            self._lost(c, "init-failed")
-            failure.start_ms, failure.end_ms = outcome.start_ms, _ms()
-            failure.wait_ms, failure.init_ms, failure.container = (
-                outcome.wait_ms,
-                outcome.init_ms,
-                c.id,
-            )
-        return failure
-
-    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
-        async with self.http.post(
-            url, data=json.dumps(body), headers={"Content-Type": "application/json"}
-        ) as resp:
-            raw = await resp.read()
-        try:
-            return resp.status, json.loads(raw) if raw else None
-        except ValueError:
-            return resp.status, None
-
-    def _logs(self, c: WarmContainer, action: ActionInfo) -> list[str]:
-        tail = self.logs.get(c.id)
-        return tail.take(action.logs_mb * 1024 * 1024) if tail is not None else []
 
     def _lost(self, c: WarmContainer, reason: str) -> None:
         """Stop routing to a broken container at once; the manager removes it."""

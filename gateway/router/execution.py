@@ -1,0 +1,174 @@
+"""One activation inside one container: ``/init`` when cold, ``/run``, the time limit, and
+the outcome (status, result, times, logs) as OpenWhisk reports it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from gateway.platform.actions import ActionInfo
+from gateway.router.activation import (
+    INIT_EXITED,
+    INIT_TIMEOUT,
+    RUN_EXITED,
+    TIMEOUT,
+    Outcome,
+    Status,
+    error_outcome,
+)
+from gateway.router.logs import ContainerLogs, NoLogs
+from gateway.router.pool import RouterPool, Slot, WarmContainer
+
+ALREADY_INITIALIZED = "Cannot initialize the action more than once."
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Executor:
+    """``lost(container, reason)`` is called when a container must not be used again."""
+
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        pool: RouterPool,
+        logs: dict[str, ContainerLogs | NoLogs],
+        lost: Callable[[WarmContainer, str], None],
+    ) -> None:
+        self.http = http
+        self.pool = pool
+        self.logs = logs
+        self._lost = lost
+
+    async def execute(
+        self, slot: Slot, action: ActionInfo, params: dict[str, Any], activation_id: str, t0: float
+    ) -> Outcome:
+        c = slot.container
+        outcome = Outcome(Status.SUCCESS, {}, container=c.id)
+        outcome.start_ms = _ms()
+        outcome.wait_ms = int((time.monotonic() - t0) * 1000)
+        limit = action.timeout_ms / 1000
+        logs: list[str] = []
+        if slot.needs_init:
+            failed = await self._init(slot, action, outcome, limit)
+            logs = self._logs(c, action)
+            if failed is not None:
+                failed.logs = logs
+                return failed
+        deadline = outcome.start_ms + action.timeout_ms
+        body = {
+            "value": {**action.parameters, **params},
+            "namespace": action.namespace,
+            "action_name": f"/{action.path}",
+            "action_version": action.version,
+            "activation_id": activation_id,
+            "transaction_id": activation_id,
+            "deadline": str(deadline),
+        }
+        try:
+            async with asyncio.timeout(limit):
+                status, data = await self._post(c.url + "/run", body)
+        except TimeoutError:
+            self._lost(c, "timeout")
+            return error_outcome(
+                Status.DEVELOPER_ERROR,
+                TIMEOUT.format(action.timeout_ms),
+                timed_out=True,
+                **self._times(outcome, c, action, logs),
+            )
+        except (aiohttp.ClientError, ValueError):
+            self._lost(c, "failed")
+            return error_outcome(
+                Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
+            )
+        kw = self._times(outcome, c, action, logs)
+        if not isinstance(data, dict):
+            return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
+        if status == 200 and "error" not in data:
+            return Outcome(Status.SUCCESS, data, **kw)
+        if status == 200 or "error" in data:
+            return Outcome(Status.APPLICATION_ERROR, data, **kw)
+        return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
+
+    def _times(
+        self, outcome: Outcome, c: WarmContainer, action: ActionInfo, logs: list[str]
+    ) -> dict[str, Any]:
+        return {
+            "start_ms": outcome.start_ms,
+            "end_ms": _ms(),
+            "wait_ms": outcome.wait_ms,
+            "init_ms": outcome.init_ms,
+            "container": c.id,
+            "logs": logs + self._logs(c, action),
+        }
+
+    async def _init(
+        self, slot: Slot, action: ActionInfo, outcome: Outcome, limit: float
+    ) -> Outcome | None:
+        c = slot.container
+        env = {
+            "__OW_NAMESPACE": action.namespace,
+            "__OW_ACTION_NAME": f"/{action.path}",
+            "__OW_ACTION_VERSION": action.version,
+        }
+        if action.concurrency > 1:
+            env["__OW_ALLOW_CONCURRENT"] = "true"
+        body = {
+            "value": {
+                "name": action.name,
+                "main": action.main,
+                "code": action.code,
+                "binary": action.binary,
+                "env": env,
+            }
+        }
+        started = time.monotonic()
+        failure: Outcome | None = None
+        try:
+            async with asyncio.timeout(limit):
+                status, data = await self._post(c.url + "/init", body)
+            ok = status == 200 or (
+                status == 403
+                and isinstance(data, dict)
+                and data.get("error") == ALREADY_INITIALIZED
+            )
+            if not ok:
+                message = data.get("error") if isinstance(data, dict) else None
+                failure = error_outcome(Status.DEVELOPER_ERROR, str(message or INIT_EXITED))
+        except TimeoutError:
+            failure = error_outcome(
+                Status.DEVELOPER_ERROR, INIT_TIMEOUT.format(action.timeout_ms), timed_out=True
+            )
+        except (aiohttp.ClientError, ValueError):
+            failure = error_outcome(Status.DEVELOPER_ERROR, INIT_EXITED)
+        outcome.init_ms = int((time.monotonic() - started) * 1000)
+        self.pool.init_done(slot, failure is None)
+        if failure is not None:
+            self._lost(c, "init-failed")
+            failure.start_ms, failure.end_ms = outcome.start_ms, _ms()
+            failure.wait_ms, failure.init_ms, failure.container = (
+                outcome.wait_ms,
+                outcome.init_ms,
+                c.id,
+            )
+        return failure
+
+    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+        async with self.http.post(
+            url, data=json.dumps(body), headers={"Content-Type": "application/json"}
+        ) as resp:
+            raw = await resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, None
+
+    def _logs(self, c: WarmContainer, action: ActionInfo) -> list[str]:
+        tail = self.logs.get(c.id)
+        return tail.take(action.logs_mb * 1024 * 1024) if tail is not None else []
