@@ -7,6 +7,7 @@ seconds. Both run at the same time to keep the test short.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,8 +20,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 
-pytest.importorskip("locust", reason="needs the loadtest extra (locust)")
-pytest.importorskip("matplotlib", reason="needs the loadtest extra (matplotlib)")
+# find_spec, not importorskip: importing locust here would gevent-monkey-patch pytest itself.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("locust") is None or importlib.util.find_spec("matplotlib") is None,
+    reason="needs the loadtest extra (locust, matplotlib)",
+)
 
 
 @pytest.fixture(scope="module")
