@@ -281,7 +281,7 @@ async def test_restart_recovers_pods_from_labels(
     cluster._store("pods", NS, body)
     await first.close()
 
-    restarted = await make_backend(start_timeout=0.0)
+    restarted = await make_backend()
     found = {h.id: h for h in await restarted.list()}
     assert set(found) == {"c-000000000011", "c-000000000012"}
     assert found["c-000000000011"].labels == made.labels

@@ -9,7 +9,8 @@
 - Pause/resume have no Kubernetes equivalent: they are no-ops (the pod stays warm and keeps its
   CPU request) and ``agent()`` is empty, so routers never try to pause (nor read log files).
 - ``list`` after a manager restart returns the ready pods carrying this manager's labels and
-  deletes stale ones (not ready after ``start_timeout``, failed).
+  deletes the others that no ``create`` of this process waits for (creates interrupted by the
+  restart, failed pods): nobody would ever use them.
 - At first use: the owner Deployment's uid is resolved (ownerReferences), the namespace's
   PodDisruptionBudget for ``Never`` pods is created if missing, and the watch starts.
 """
@@ -59,6 +60,7 @@ class KubernetesBackend:
         self.warnings: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+        self._creating: set[str] = set()
 
     # ---- start-up ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +104,13 @@ class KubernetesBackend:
         for warning in warnings:
             log.warning("pod %s: %s", spec.id, warning)
         self.warnings.extend(warnings)
+        self._creating.add(spec.id)
+        try:
+            return await self._create(spec, body)
+        finally:
+            self._creating.discard(spec.id)
+
+    async def _create(self, spec: ContainerSpec, body: dict[str, Any]) -> ContainerHandle:
         try:
             await self.api.create_pod(body)
         except KubeError as exc:
@@ -189,14 +198,13 @@ class KubernetesBackend:
     async def list(self) -> list[ContainerHandle]:
         await self.start()
         found = []
-        now = time.time()
         for name, pod in sorted(self.watch.pods.items()):
-            if is_terminating(pod):
+            if is_terminating(pod) or name in self._creating:
                 continue
-            if is_ready(pod):
+            if is_ready(pod) and failure(pod) is None:
                 found.append(self._handle(pod))
-            elif failure(pod) is not None or now - _created(pod) > self.options.start_timeout:
-                log.info("deleting stale pod %s (%s)", name, failure(pod) or "never ready")
+            else:
+                log.info("deleting stale pod %s (%s)", name, failure(pod) or "not ready")
                 await self._discard(name)
         return found
 

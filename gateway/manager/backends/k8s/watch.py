@@ -86,8 +86,10 @@ class PodWatch:
                     log.info("pod watch expired (410 Gone); listing again")
                     continue
                 log.warning("pod watch failed (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            except Exception:  # a bug or a malformed event must not end the watch for good
+                log.exception("pod watch broke; retrying in %.1f s", delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _relist(self) -> str:
         items, version = await self.api.list_pods(self.labels)

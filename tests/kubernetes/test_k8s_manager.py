@@ -1,0 +1,65 @@
+"""The real ManagerService driving the Kubernetes backend (fake API server): the backend
+contract holds for the manager's create / restart-adoption / removal paths."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import NS, BackendFactory
+from k8s_fakeapi import FakeCluster
+from test_k8s_backend import action_spec, until
+
+from gateway.manager.core import ActionSpec, CState, ManagerSettings
+from gateway.manager.service import ManagerService, ServiceSettings
+from gateway.platform.actions import EvictionSafe
+
+
+def settings(remove_on_exit: bool) -> ServiceSettings:
+    return ServiceSettings(core=ManagerSettings(), grace_seconds=1.0, remove_on_exit=remove_on_exit)
+
+
+async def test_acquire_creates_a_pod_and_a_restarted_manager_adopts_it(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    action = ActionSpec("guest", "hello", "0.0.1", "python:3.11", 512, 2, 60000, 5,
+                        EvictionSafe.ON_UPGRADE)  # fmt: skip
+    first = ManagerService(await make_backend(), settings(remove_on_exit=False))
+    await first.start()
+    first.core.register("router-1", "http://127.0.0.1:1")
+    grant = await first.acquire("router-1", action, count=1, known=[], allow_proxy=False)
+    (container,) = grant.assigned
+    pod = cluster.pod(container.id, NS)
+    assert pod is not None
+    assert container.url == f"http://{pod['status']['podIP']}:8080"
+    assert container.agent == {}  # routers never pause pods
+    meta = pod["metadata"]
+    assert meta["labels"]["apf-gateway.dev/safe-to-evict"] == "true"
+    assert meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    (runtime,) = pod["spec"]["containers"]
+    assert runtime["resources"]["limits"]["memory"] == "512Mi"
+    assert runtime["command"][-2:] == ["--concurrency", "2"]
+    await first.stop()
+    assert cluster.pod(container.id, NS) is not None  # --keep-containers: the pod survives
+
+    second = ManagerService(await make_backend(), settings(remove_on_exit=True))
+    await second.start()
+    adopted = second.core.containers[container.id]
+    assert adopted.state is CState.QUARANTINED
+    assert adopted.action == action
+    assert adopted.url == container.url
+    await second.stop()
+    assert cluster.pod(container.id, NS) is None
+
+
+async def test_list_during_a_create_leaves_that_pod_alone(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    cluster.auto_ready = False
+    backend = await make_backend()
+    task = asyncio.ensure_future(backend.create(action_spec("c-000000000201")))
+    await until(lambda: "c-000000000201" in backend.watch.pods)
+    assert await backend.list() == []
+    assert cluster.pod("c-000000000201", NS) is not None
+    await cluster.make_ready("c-000000000201", NS)
+    handle = await task
+    assert [h.id for h in await backend.list()] == [handle.id]
