@@ -202,7 +202,7 @@ def main() -> int:
     args = parser.parse_args()
     up = free_port()
     names = (
-        ["direct", "aiohttp", "httpx-aiohttp", "httpx"]
+        ["direct", "h1", "aiohttp", "httpx-aiohttp", "httpx"]
         if args.transports
         else ["direct", "nginx", "apf-off", "apf-on"]
     )

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from gateway.asgi.authn import Unauthorized
+from gateway.asgi.authn import RequestAuthenticator, Unauthorized
 from gateway.asgi.describe import (
     DIGEST_KEY,
     LONG_RUNNING_KEY,
@@ -25,6 +25,7 @@ from gateway.asgi.describe import (
     send_unauthorized,
 )
 from gateway.asgi.reject import send_too_many_requests
+from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
@@ -46,22 +47,37 @@ class FlowControlMiddleware:
         self,
         app: ASGIApp,
         *,
-        controller: FlowController,
-        describer: RequestDescriber,
+        controller: FlowController | Callable[[], FlowController],
+        describer: RequestDescriber | None = None,
+        authenticator: RequestAuthenticator | None = None,
         estimator: Estimator = unit_estimator,
         request_timeout: float = 60.0,
         status_body: bool = False,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError("request_timeout must be positive")
+        if describer is not None and authenticator is not None:
+            raise ValueError("pass either describer or authenticator, not both")
         self.app = app
-        self.controller = controller
-        self.describer = describer
+        # A factory defers building the controller (which reads the loop's clock) to the
+        # first event, so the middleware can be created at import time in a sidecar.
+        self._factory = None if isinstance(controller, FlowController) else controller
+        self._controller = controller if isinstance(controller, FlowController) else None
+        self.describer = describer or RequestDescriber(
+            authenticator or RequestAuthenticator(), RequestInfoParser()
+        )
         self.estimator = estimator
         self.request_timeout = request_timeout
         self.status_body = status_body
         self.draining = False
         self._uid_headers: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+
+    @property
+    def controller(self) -> FlowController:
+        if self._controller is None:
+            assert self._factory is not None
+            self._controller = self._factory()
+        return self._controller
 
     def wait_limit(self, digest: RequestDigest) -> float:
         """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
