@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from gateway.flowcontrol.clock import EventClock
-from gateway.manager.core import ActionSpec
+from gateway.manager.model import ActionSpec
 from gateway.platform.actions import ActionInfo
 from gateway.router.activation import Outcome
 from gateway.router.execution import Executor

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.manager.core import ActionSpec
+from gateway.manager.model import ActionSpec
 
 
 class ManagerUnavailable(Exception):

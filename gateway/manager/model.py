@@ -1,0 +1,91 @@
+"""What the manager knows about an action and a container (shared with routers over HTTP)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.flowcontrol.clock import Timer
+from gateway.platform.actions import EvictionSafe
+
+
+class CState(enum.Enum):
+    CREATING = "creating"  # reserved under the quota; the backend is starting it
+    ASSIGNED = "assigned"  # owned by a live router
+    UNASSIGNED = "unassigned"  # warm, owned by nobody; reusable for the same revision
+    QUARANTINED = "quarantined"  # its last owner may still use it; nobody gets it yet
+    REMOVING = "removing"  # being stopped; no longer counted
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """What the manager needs to know about an action (no code: routers /init containers)."""
+
+    namespace: str
+    name: str
+    version: str
+    kind: str
+    memory_mb: int = 256
+    concurrency: int = 1
+    timeout_ms: int = 60000
+    instances: int = 30
+    eviction: EvictionSafe = EvictionSafe.NEVER
+
+    @property
+    def path(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.path}@{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "version": self.version,
+            "kind": self.kind,
+            "memory": self.memory_mb,
+            "concurrency": self.concurrency,
+            "timeout": self.timeout_ms,
+            "instances": self.instances,
+            "eviction": self.eviction.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ActionSpec:
+        return cls(
+            namespace=str(data["namespace"]),
+            name=str(data["name"]),
+            version=str(data["version"]),
+            kind=str(data["kind"]),
+            memory_mb=int(data.get("memory", 256)),
+            concurrency=int(data.get("concurrency", 1)),
+            timeout_ms=int(data.get("timeout", 60000)),
+            instances=int(data.get("instances", 30)),
+            eviction=EvictionSafe(data.get("eviction", "Never")),
+        )
+
+
+@dataclass(slots=True)
+class Container:
+    id: str
+    action: ActionSpec
+    state: CState
+    owner: str | None = None
+    url: str | None = None
+    agent: dict[str, Any] = field(default_factory=dict)
+    since: float = 0.0
+    quarantine_timer: Timer | None = None
+    idle_timer: Timer | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action.to_json(),
+            "state": self.state.value,
+            "owner": self.owner,
+            "url": self.url,
+            "agent": self.agent,
+        }
