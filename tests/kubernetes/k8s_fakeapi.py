@@ -91,6 +91,7 @@ class FakeCluster:
     rv: int = 100
     compacted: int = 0  # watches from a version <= this get 410 Gone
     next_ip: int = 10
+    kubelet: Any = None  # runs pods as local processes (k8s_kubelet.ProcessKubelet), or None
 
     def __post_init__(self) -> None:
         self.changed = asyncio.Condition()
@@ -165,8 +166,20 @@ class FakeCluster:
 
     async def _kubelet_start(self, ns: str, name: str) -> None:
         await asyncio.sleep(0)
-        if self.auto_ready and ("pods", ns, name) in self.objects:
+        if self.kubelet is not None:
+            await self.kubelet.start(self, ns, name)
+        elif self.auto_ready and ("pods", ns, name) in self.objects:
             await self.make_ready(name, ns)
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _kill_then_delete(self, ns: str, name: str, grace: int) -> None:
+        await self.kubelet.stop(name, grace)
+        if ("pods", ns, name) in self.objects:
+            await self.delete_now(name, ns)
 
     async def _terminate(self, ns: str, name: str, grace: int) -> None:
         pod = self.objects[("pods", ns, name)]
@@ -174,6 +187,9 @@ class FakeCluster:
             pod["metadata"]["deletionTimestamp"] = now_stamp()
             pod["metadata"]["deletionGracePeriodSeconds"] = grace
             await self._event(ns, "MODIFIED", pod)
+        if self.kubelet is not None:
+            self._background(self._kill_then_delete(ns, name, grace))
+            return
         if self.finish_deletes or grace == 0:
             await asyncio.sleep(0)
             if ("pods", ns, name) in self.objects:
@@ -344,9 +360,7 @@ async def _dispatch(
         if res == "pods":
             obj["status"] = {"phase": "Pending"}
             await cluster._event(ns, "ADDED", obj)
-            task = asyncio.ensure_future(cluster._kubelet_start(ns, obj_name))
-            cluster.tasks.add(task)
-            task.add_done_callback(cluster.tasks.discard)
+            cluster._background(cluster._kubelet_start(ns, obj_name))
         return JSONResponse(obj, 201)
     if method == "PUT":
         current = cluster.objects.get(key)
