@@ -188,7 +188,7 @@ class PriorityLevel:
         executing = self.request_utilization["executing"].hold
         demand_ratio = self.demand_seats.hold
         demand = qs.demand
-        for dt, seats_in_use, req_exec, req_wait, seats_wait in segments:
+        for (seats_in_use, req_exec, req_wait, seats_wait), dt in segments.items():
             seat_util(seats_in_use / den, dt)
             waiting(req_wait / wait_den, dt)
             executing(req_exec / den, dt)

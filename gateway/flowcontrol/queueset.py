@@ -177,9 +177,11 @@ class QueueSet:
         self.dispatched = 0
         self.rejected = 0
         self.cancelled = 0
-        # Observability: state segments (dt, seats in use, executing, waiting, seats waiting)
-        # folded into timing histograms by ``gateway.flowcontrol.level``.
-        self.segments: list[tuple[float, int, int, int, int]] = []
+        # Observability: time spent in each state (seats in use, executing, waiting, seats
+        # waiting) -> seconds, folded into timing histograms by ``gateway.flowcontrol.level``.
+        # Summing per state keeps the hot path to one dict update and the fold to the few
+        # distinct states (time-weighted histograms do not depend on the order of segments).
+        self.segments: dict[tuple[int, int, int, int], float] = {}
         self.on_segments_full: Callable[[], None] | None = None
         # Called on every rejection (immediate or at the end of a wait): Retry-After history.
         self.on_reject: Callable[[], None] | None = None
@@ -246,15 +248,13 @@ class QueueSet:
                 if self.current_r >= HIGH_R:
                     self._advance_epoch()
             segments = self.segments
-            segments.append(
-                (
-                    dt,
-                    seats_in_use,
-                    self.tot_requests_executing,
-                    self.tot_requests_waiting,
-                    seats_waiting,
-                )
+            state = (
+                seats_in_use,
+                self.tot_requests_executing,
+                self.tot_requests_waiting,
+                seats_waiting,
             )
+            segments[state] = segments.get(state, 0.0) + dt
             if len(segments) >= 4096 and self.on_segments_full is not None:
                 self.on_segments_full()
         return now
