@@ -137,8 +137,11 @@ async def test_create_returns_ready_pod_with_rendered_spec(
 async def test_openwhisk_image_for_a_kind(
     cluster: FakeCluster, make_backend: BackendFactory
 ) -> None:
-    backend = await make_backend(images={"python:3.11": "openwhisk/action-python-v3.11"})
-    await backend.create(action_spec("c-000000000002", concurrency=4))
+    backend = await make_backend(
+        images={"python:3.11": "openwhisk/action-python-v3.11"}, runtime_port=9000
+    )
+    handle = await backend.create(action_spec("c-000000000002", concurrency=4))
+    assert handle.url.endswith(":8080")  # OpenWhisk images always serve on 8080
     (container,) = cluster.pod("c-000000000002")["spec"]["containers"]  # type: ignore[index]
     assert container["image"] == "openwhisk/action-python-v3.11"
     assert "command" not in container  # the image's own action proxy

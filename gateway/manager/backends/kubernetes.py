@@ -41,6 +41,7 @@ from gateway.manager.backends.k8s.podspec import (
     Owner,
     derived_labels,
     render_pod,
+    runtime_port,
     selector,
 )
 from gateway.manager.backends.k8s.watch import Pod, PodWatch, failure, is_ready, is_terminating
@@ -245,7 +246,7 @@ class KubernetesBackend:
         host = f"[{ip}]" if ":" in ip else ip
         return ContainerHandle(
             id=meta["name"],
-            url=f"http://{host}:{self.options.runtime_port}",
+            url=f"http://{host}:{runtime_port(pod, self.options.runtime_port)}",
             labels=labels,
             created=_created(pod),
             data={"pod": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},

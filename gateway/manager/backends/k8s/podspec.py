@@ -28,6 +28,7 @@ INSTANCE_LABEL = f"{DOMAIN}/manager"
 CONTAINER_LABEL = f"{DOMAIN}/container"
 LABELS_ANNOTATION = f"{DOMAIN}/labels"
 CONTAINER_NAME = "runtime"
+OPENWHISK_PORT = 8080  # the action-proxy protocol fixes it for OpenWhisk images
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -128,10 +129,19 @@ def render_pod(
     return body, evict.warnings
 
 
+def runtime_port(pod: dict[str, Any], default: int) -> int:
+    """The port the pod's runtime container serves on."""
+    for container in pod.get("spec", {}).get("containers") or []:
+        if container.get("name") == CONTAINER_NAME:
+            for port in container.get("ports") or []:
+                return int(port["containerPort"])
+    return default
+
+
 def _container(
     spec: ContainerSpec, options: K8sOptions, image: str, ours: bool, base: dict[str, Any]
 ) -> dict[str, Any]:
-    port = options.runtime_port
+    port = options.runtime_port if ours else OPENWHISK_PORT
     memory = f"{spec.memory_mb}Mi"
     cpu = _quantity_cpu(spec.memory_mb / 1024 * options.cpu_per_gib)
     env = [e for e in base.get("env") or [] if e.get("name") not in spec.env]
