@@ -29,6 +29,7 @@ from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
+from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.settings.load import parse_duration
 
@@ -132,30 +133,45 @@ class FlowControlMiddleware:
         classification = controller.classify(digest)
         work = self.estimator(digest, classification)
         pf_headers = self._headers(classification)
-        limit = 0.0 if self.draining else self.wait_limit(digest)
         info = digest.info
         watch = info.verb == "watch"
-        cm = admit(
-            controller, classification, work, wait_deadline=controller.clock.now() + limit,
-            read_only=info.is_read_only, watch=watch, descr=digest,
-        )  # fmt: skip
+        read_only = info.is_read_only
         qs = classification.level.qs
-        may_wait = qs.desired_num_queues >= 1 and (
+        if qs.desired_num_queues >= 1 and (
             qs.tot_requests_waiting > 0 or not qs.can_accommodate(work.max_seats)
-        )
-        if may_wait and kind == "http":
-            await self._queued(cm, classification, scope, receive, send, pf_headers, watch)
+        ):
+            limit = 0.0 if self.draining else self.wait_limit(digest)
+            cm = admit(
+                controller, classification, work, wait_deadline=controller.clock.now() + limit,
+                read_only=read_only, watch=watch, descr=digest,
+            )  # fmt: skip
+            if kind == "http":
+                await self._queued(cm, classification, scope, receive, send, pf_headers, watch)
+                return
+            try:
+                admission = await cm.__aenter__()
+            except Rejected as rejected:
+                await self._reject(kind, send, rejected, pf_headers)
+                return
+            await self._run(cm, admission, scope, receive, send, pf_headers, watch)
             return
-        try:
-            admission = await cm.__aenter__()
-        except Rejected as rejected:
-            await self._reject(kind, send, rejected, pf_headers)
+        # Fast path: nothing is queued and the seats are free (or the level never queues), so
+        # the core decides at once; this is ``admit`` without the wait and its machinery.
+        req = controller.start(classification, work, descr=digest)
+        if req.state != EXECUTING:
+            if req.state == WAITING:  # excluded by the check above; never leave it queued
+                controller.cancel(classification, req, "time-out")
+            retry_after = controller.retry_after(classification.priority_level)
+            refusal = Rejected(req.reason or "time-out", classification, retry_after)
+            await self._reject(kind, send, refusal, pf_headers)
             return
-        await self._run(cm, admission, scope, receive, send, pf_headers, watch)
+        controller.kinds.add("executing", read_only, 1)
+        admission = Admission(controller, classification, req, read_only=read_only, watch=watch)
+        await self._run(None, admission, scope, receive, send, pf_headers, watch)
 
     async def _run(
         self,
-        cm: contextlib.AbstractAsyncContextManager[Admission],
+        cm: contextlib.AbstractAsyncContextManager[Admission] | None,
         admission: Admission,
         scope: Scope,
         receive: Receive,
@@ -163,6 +179,7 @@ class FlowControlMiddleware:
         pf_headers: list[tuple[bytes, bytes]],
         watch: bool,
     ) -> None:
+        """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
         websocket = scope["type"] == "websocket"
 
         async def send_with_headers(message: Message) -> None:
@@ -177,6 +194,12 @@ class FlowControlMiddleware:
                 return
             await send(message)
 
+        if cm is None:
+            try:
+                await self.app(scope, receive, send_with_headers)
+            finally:
+                admission.release()
+            return
         try:
             await self.app(scope, receive, send_with_headers)
         except BaseException as exc:
