@@ -87,13 +87,17 @@ class Invoker:
         self._proxies: dict[str, tuple[list[str], float]] = {}
         self._rejected: dict[str, Throttled] = {}
         self._drained: dict[str, asyncio.Future[None]] = {}
+        self._versions: dict[str, str] = {}  # action path -> newest revision seen
+        self._retiring: set[str] = set()  # old-revision containers to give back once idle
         self._tasks: set[asyncio.Task[Any]] = set()
         self.registered = asyncio.Event()
 
     # ---- admission -----------------------------------------------------------------------
     async def admit(self, action: ActionInfo, *, proxied: bool) -> Slot:
-        """A reserved slot, or ``ProxyTo`` / ``Throttled``. The caller must ``finish`` it."""
+        """A reserved slot, or ``ProxyTo`` / ``Throttled``. The caller must ``run`` it."""
         key = action.key
+        if self._versions.get(action.path) != action.version:
+            self._new_version(action)
         slot = self.pool.reserve(key)
         if slot is not None:
             return slot
@@ -132,6 +136,19 @@ class Invoker:
             raise
         finally:
             self._futures.get(key, set()).discard(future)
+
+    def _new_version(self, action: ActionInfo) -> None:
+        """An update: containers of other revisions are given back as soon as they are idle
+        (never while busy, whatever their eviction policy)."""
+        self._versions[action.path] = action.version
+        for key in [k for k in self.pool.by_key if k.rpartition("@")[0] == action.path]:
+            if key == action.key:
+                continue
+            for c in self.pool.containers(key):
+                if self.pool.give_back(c.id, only_if_idle=False, wait=True) == "waiting":
+                    self._retiring.add(c.id)
+                else:
+                    self.give_back(c, "upgrade")
 
     def _ensure_capacity(self, action: ActionInfo, proxied: bool) -> None:
         key = action.key
@@ -249,6 +266,9 @@ class Invoker:
             await self.manager.give_back(self.settings.router_id, cid, reason)
 
     def drained(self, container: WarmContainer) -> None:
+        if container.id in self._retiring:
+            self._retiring.discard(container.id)
+            self.give_back(container, "upgrade")
         future = self._drained.pop(container.id, None)
         if future is not None and not future.done():
             future.set_result(None)

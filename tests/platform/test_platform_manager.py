@@ -123,3 +123,30 @@ async def test_idle_container_is_paused_and_resumed(
     resp = await invoke(client, r, "p", {"sleep": 0})
     assert resp.status_code == 200 and annotation(resp.json(), "container") == c["id"]
     assert proc_state(pid) in ("S", "R", "T")  # resumed for the run (and maybe paused again)
+
+
+async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containers(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    platform.start_manager("--prewarm", "python:3=1")
+    r = platform.start_router("r1")
+    assert platform.manager is not None
+    for _ in range(200):
+        stems = (await client.get(platform.manager.url + "/v1/containers")).json()["stems"]
+        if stems:
+            break
+        await asyncio.sleep(0.05)
+    (stem,) = stems
+    await put_action(client, r, "fresh", SLOW)
+    first = await invoke(client, r, "fresh", {"sleep": 0})
+    assert annotation(first.json(), "container") == stem  # bound, not started
+    await put_action(client, r, "fresh", "def main(a):\n    return {'v': 2}\n")
+    second = await invoke(client, r, "fresh")
+    assert second.json()["response"]["result"] == {"v": 2}
+    assert annotation(second.json(), "container") != stem
+    for _ in range(200):  # the old revision's idle container is given back and removed
+        if stem not in {c["id"] for c in await manager_containers(client, platform)}:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("old revision's container was not removed")
