@@ -170,7 +170,7 @@ async def invoke(request: web.Request) -> web.Response:
     except ProxyTo as exc:
         return await router.forward(exc.urls, request, raw, identity, activation_id)
     except Throttled as exc:
-        raise ApiError(429, str(exc), retry_after=exc.retry_after) from None
+        raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
     status = 200 if record["response"]["success"] else 502
     body = record["response"]["result"] if result_only else record
     return _json(body, status, **header)
@@ -250,8 +250,10 @@ async def give_back(request: web.Request) -> web.Response:
 
 
 async def state(request: web.Request) -> web.Response:
-    """Which containers this router holds (tests, debugging)."""
+    """Which containers this router holds (tests, debugging; trusted peers only)."""
     router = request.app[ROUTER]
+    if not router.is_trusted_peer(request):
+        raise ApiError(403, "Only trusted peers may read the router's state.")
     pool = router.invoker.pool
     return _json(
         {

@@ -34,9 +34,12 @@ log = logging.getLogger("gateway.router")
 
 
 class Throttled(Exception):
-    def __init__(self, message: str, retry_after: int = 1) -> None:
+    """No slot: 429 (or 503 when the manager could not start a container)."""
+
+    def __init__(self, message: str, retry_after: int = 1, status: int = 429) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 class ProxyTo(Exception):
@@ -171,7 +174,8 @@ class Invoker:
                 allow_proxy=not proxied,
             )
             if result.rejected is not None:
-                self._reject(key, Throttled(result.rejected, result.retry_after), count)
+                throttled = Throttled(result.rejected, result.retry_after, result.status)
+                self._reject(key, throttled, count)
             elif result.proxy:
                 urls = [p["url"] for p in result.proxy]
                 expiry = time.monotonic() + self.settings.proxy_cache_seconds

@@ -23,6 +23,7 @@ class AcquireResult:
     containers: list[dict[str, Any]] = field(default_factory=list)
     proxy: list[dict[str, str]] = field(default_factory=list)
     rejected: str | None = None
+    status: int = 429  # 429 (quota, instances) or 503 (the backend could not start one)
     retry_after: int = 1
 
 
@@ -84,6 +85,7 @@ class ManagerClient:
             return AcquireResult(
                 rejected=str(data.get("error", "Too many requests")),
                 retry_after=int(retry) if retry.isdigit() else 1,
+                status=status,
             )
         if status != 200:
             raise ManagerUnavailable(f"acquire: {status} {data}")

@@ -128,6 +128,17 @@ async def test_failure_paths(platform: Platform, client: httpx.AsyncClient) -> N
     # runtime process killed mid-run: developer error, then a replacement serves
     await put_action(client, r, "victim", SLOW)
     assert (await invoke(client, r, "victim", {"sleep": 0})).status_code == 200
+    # a blocking invoke that outlasts its wait limit answers 202, and still completes
+    late = await invoke(client, r, "victim", {"sleep": 0.6}, "blocking=true&timeout=100")
+    assert late.status_code == 202
+    late_id = late.json()["activationId"]
+    assert late.headers["x-openwhisk-activation-id"] == late_id
+    for _ in range(100):
+        got = await client.get(f"{r.url}/api/v1/namespaces/_/activations/{late_id}")
+        if got.status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert got.json()["response"]["result"] == {"slept": 0.6}
     (victim,) = [
         c for c in await manager_containers(client, platform) if c["action"]["name"] == "victim"
     ]
