@@ -61,7 +61,7 @@ class Proc:
         return int(self.popen.returncode)
 
 
-def _spawn(name: str, argv: list[str], log_path: Path) -> Proc:
+def spawn(name: str, argv: list[str], log_path: Path) -> Proc:
     log = log_path.open("wb")
     popen = subprocess.Popen(
         argv,
@@ -103,7 +103,7 @@ def start_upstream(out: Path, service_time: float, list_items: int, list_factor:
         "--list-factor",
         str(list_factor),
     ]
-    proc = _spawn("upstream", argv, out / "upstream.log")
+    proc = spawn("upstream", argv, out / "upstream.log")
     proc.port = _wait_for_port(proc, re.compile(r"PORT (\d+)"), 15)
     return proc
 
@@ -123,7 +123,7 @@ def start_gateway(name: str, out: Path, config_dir: Path, upstream: str) -> Proc
         "--log-level",
         "info",
     ]
-    proc = _spawn(name, argv, out / f"{name}.log")
+    proc = spawn(name, argv, out / f"{name}.log")
     proc.port = _wait_for_port(proc, _LISTEN_RE, 30)
     wait_ready(proc.url, 15)
     return proc

@@ -45,6 +45,7 @@ class RunState:
     balancer: Balancer | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     load_start: float = 0.0
+    openwhisk_keys: Path | None = None
 
 
 def say(opts: Options, text: str) -> None:
@@ -116,7 +117,7 @@ def _run_events(
         record: dict[str, Any] = {"action": action, "t": time.time(), "at": at}
         if action == "reload":
             doc = scenario.apply_changes(doc, ev.get("set") or {})
-            scenario.write_config(config_dir, doc, sc.tenants, token_file)
+            scenario.write_config(config_dir, doc, sc.tenants, token_file, st.openwhisk_keys)
             if ev.get("sighup") and st.current is not None:
                 st.current.signal(signal.SIGHUP)
             say(opts, f"t={at:.0f}s rewrote the configuration {ev.get('set')}")
@@ -157,8 +158,15 @@ def run(opts: Options) -> Path:
     token_file = out / "tokens.csv"
     token_file.write_text(scenario.token_csv(sc.tenants))
     config_dir = out / "config"
-    scenario.write_config(config_dir, sc.doc, sc.tenants, token_file)
+    keys = None
+    if sc.doc.get("platform"):
+        from loadtests import platform
+
+        platform.add_keys(sc.tenants)
+        keys = platform.keys_file(out)
+    scenario.write_config(config_dir, sc.doc, sc.tenants, token_file, keys)
     spec = {
+        "serviceTime": sc.service_time,
         "scenario": sc.name,
         "tenants": sc.tenants,
         "tokenFile": str(token_file),
@@ -169,13 +177,16 @@ def run(opts: Options) -> Path:
     (out / "run-spec.json").write_text(json.dumps(spec, indent=1))
     scraper_token = _token_of(token_file, scenario.SCRAPER)
 
-    st = RunState()
-    upstream = procs.start_upstream(
-        out,
-        sc.service_time,
-        int(sc.doc.get("listItems", 50)),
-        float(sc.doc.get("listFactor", 1.0)),
-    )
+    st = RunState(openwhisk_keys=keys)
+    if keys is not None:
+        upstream = platform.start_up(out, sc.doc, sc.tenants)
+    else:
+        upstream = procs.start_upstream(
+            out,
+            sc.service_time,
+            int(sc.doc.get("listItems", 50)),
+            float(sc.doc.get("listFactor", 1.0)),
+        )
     sampler: Sampler | None = None
     stop_events = threading.Event()
     locust_rc: int | None = None

@@ -198,7 +198,9 @@ def flow_documents(doc: dict[str, Any], tenants: list[dict[str, Any]]) -> list[d
     return objs
 
 
-def gateway_document(doc: dict[str, Any], token_file: Path) -> dict[str, Any]:
+def gateway_document(
+    doc: dict[str, Any], token_file: Path, openwhisk_keys: Path | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "tooManyRequestsBody": "status",
         "configPollInterval": "1s",
@@ -207,6 +209,8 @@ def gateway_document(doc: dict[str, Any], token_file: Path) -> dict[str, Any]:
     body.update(copy.deepcopy(doc.get("gateway") or {}))
     auth = body.setdefault("authentication", {})
     auth["tokenAuthFile"] = str(token_file)
+    if openwhisk_keys is not None:
+        auth["openwhiskKeysFile"] = str(openwhisk_keys)
     return {"apiVersion": "gateway.apf.dev/v1alpha1", "kind": "GatewayConfiguration", **body}
 
 
@@ -243,8 +247,12 @@ def write_yaml(path: Path, docs: list[dict[str, Any]]) -> None:
 
 
 def write_config(
-    config_dir: Path, doc: dict[str, Any], tenants: list[dict[str, Any]], token_file: Path
+    config_dir: Path,
+    doc: dict[str, Any],
+    tenants: list[dict[str, Any]],
+    token_file: Path,
+    openwhisk_keys: Path | None = None,
 ) -> None:
     config_dir.mkdir(parents=True, exist_ok=True)
-    write_yaml(config_dir / "gateway.yaml", [gateway_document(doc, token_file)])
+    write_yaml(config_dir / "gateway.yaml", [gateway_document(doc, token_file, openwhisk_keys)])
     write_yaml(config_dir / "flow.yaml", flow_documents(doc, tenants))
