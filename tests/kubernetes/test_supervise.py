@@ -119,3 +119,19 @@ async def test_only_the_leader_runs_the_manager_and_hands_over_on_sigterm(
 
 async def _is(awaitable: Awaitable[int], expected: int) -> bool:
     return bool(await awaitable == expected)
+
+
+async def test_a_manager_that_exits_gives_the_lease_up(
+    cluster: FakeCluster, api_url: str, tmp_path: Path
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.manager.backends.k8s.supervise",
+        "--server", api_url, "--namespace", NS, "--identity", "manager-x",
+        "--retry-period", "0.1", "--lease-duration", "3", "--renew-deadline", "2",
+        "--health-listen", f"127.0.0.1:{free_port()}",
+        "--", sys.executable, "-c", "import sys; sys.exit(3)",
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert await asyncio.wait_for(proc.wait(), 15) == 3
+    lease = cluster.objects[("leases", NS, "apf-gateway-manager")]
+    assert lease["spec"]["holderIdentity"] == ""  # released: a standby takes over at once
