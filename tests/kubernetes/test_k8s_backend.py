@@ -166,6 +166,7 @@ async def test_template_values_win_and_annotation_true_means_always(
     assert meta["annotations"]["apf-gateway.dev/eviction-safe"] == "Always"
     assert meta["labels"]["team"] == "a"
     assert pod["spec"]["nodeSelector"] == {"pool": "actions"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 30  # the action's, not the template's
     assert any("implies eviction.safe Always" in w for w in backend.warnings)
 
 
@@ -369,3 +370,21 @@ async def test_registry_loads_the_backend_lazily(api_url: str) -> None:
         assert await backend.list() == []
     finally:
         await backend.close()
+
+
+async def test_action_level_image_and_grace(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    """Keys the manager may add to the action label: an OpenWhisk image and the grace period."""
+    spec = action_spec("c-000000000018")
+    action = json.loads(spec.labels["action"])
+    action |= {"image": "openwhisk/action-python-v3.12", "terminationGracePeriodSeconds": 600}
+    spec = ContainerSpec(spec.id, spec.kind, 256, 1, {**spec.labels, "action": json.dumps(action)})
+    backend = await make_backend()
+    await backend.create(spec)
+    pod = cluster.pod("c-000000000018")
+    assert pod is not None
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 600
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "openwhisk/action-python-v3.12"
+    assert "command" not in container
