@@ -299,8 +299,9 @@ class Invoker:
     # ---- lease ---------------------------------------------------------------------------
     async def register(self) -> float:
         """Register (again), offering the containers held: a restarted manager adopts them."""
-        data = await self.manager.register(self.settings.router_id, self.url, list(self.pool.by_id))
-        self._sync(data)
+        held = set(self.pool.by_id)
+        data = await self.manager.register(self.settings.router_id, self.url, sorted(held))
+        self._sync(data, held)  # what the manager did not give back is no longer ours
         self.registered.set()
         return float(data.get("lease_seconds", 10.0))
 
