@@ -153,6 +153,9 @@ def test_probes_and_drain_timing_are_consistent() -> None:
     lease = float(command[command.index("--lease-duration") + 1])
     assert pod_spec(manager)["terminationGracePeriodSeconds"] >= lease  # stop, then release
     assert "--keep-containers" in command
+    listen = command[command.index("--listen") + 1]
+    ready = command[command.index("--ready-url") + 1]
+    assert ready == f"http://127.0.0.1:{listen.rpartition(':')[2]}/healthz"
     assert m["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
 

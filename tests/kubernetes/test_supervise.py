@@ -135,3 +135,48 @@ async def test_a_manager_that_exits_gives_the_lease_up(
     assert await asyncio.wait_for(proc.wait(), 15) == 3
     lease = cluster.objects[("leases", NS, "apf-gateway-manager")]
     assert lease["spec"]["holderIdentity"] == ""  # released: a standby takes over at once
+
+
+SERVING_CHILD = """
+import http.server, os, sys, time
+marker, go, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+open(marker, "a").write("started\\n")
+while not os.path.exists(go):
+    time.sleep(0.01)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+async def test_the_leader_is_ready_only_once_its_manager_answers(
+    cluster: FakeCluster, api_url: str, tmp_path: Path
+) -> None:
+    health, child_port = free_port(), free_port()
+    marker, go = tmp_path / "started", tmp_path / "go"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.manager.backends.k8s.supervise",
+        "--server", api_url, "--namespace", NS, "--identity", "manager-r",
+        "--retry-period", "0.1", "--lease-duration", "3", "--renew-deadline", "2",
+        "--health-listen", f"127.0.0.1:{health}",
+        "--ready-url", f"http://127.0.0.1:{child_port}/healthz",
+        "--", sys.executable, "-c", SERVING_CHILD, str(marker), str(go), str(child_port),
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    async with aiohttp.ClientSession() as http:
+        try:
+
+            async def started() -> bool:
+                return marker.exists()
+
+            await until_true(started)
+            await until_true(lambda: _is(status(http, health, "/livez"), 200))
+            assert await status(http, health, "/readyz") == 503  # leader, manager not serving
+            go.write_text("")
+            await until_true(lambda: _is(status(http, health, "/readyz"), 200))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 15) == 0

@@ -6,8 +6,9 @@ Every replica of the manager Deployment runs this supervisor. The one that wins 
 starts the command (the manager, with ``--keep-containers`` so action pods survive a
 failover: the next leader adopts them from their labels); the others wait as standbys.
 
-- ``/readyz`` on ``--health-listen`` is 200 only on the leader with its manager running, so
-  the manager Service routes to the leader alone; ``/livez`` is 200 while the loop runs.
+- ``/readyz`` on ``--health-listen`` is 200 only on the leader with its manager running (and,
+  with ``--ready-url``, answering 200 there), so the manager Service routes to the leader
+  alone; ``/livez`` is 200 while the loop runs.
 - Leadership lost (no renewal within the renew deadline, or another holder): SIGTERM to the
   manager, SIGKILL after ``lease_duration - renew_deadline`` s (it must be gone before a
   standby can take over), then exit 1 so the kubelet restarts us as a standby (client-go
@@ -30,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+import aiohttp
 from aiohttp import web
 
 from gateway.flowcontrol.clock import AsyncioEventClock
@@ -55,6 +57,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--retry-period", type=float, default=2.0)
     parser.add_argument("--health-listen", default="0.0.0.0:7072", help="HOST:PORT")
     parser.add_argument("--server", default=env("APF_K8S_SERVER"), help="API URL (tests)")
+    parser.add_argument("--ready-url", help="the command is ready when this URL answers 200")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -77,8 +80,23 @@ class Supervisor:
         self.child: asyncio.subprocess.Process | None = None
         self.stop = asyncio.Event()
 
-    def ready(self) -> bool:
+    def leading(self) -> bool:
         return self.election.is_leader and self.child is not None and self.child.returncode is None
+
+    async def ready(self) -> bool:
+        if not self.leading():
+            return False
+        if not self.args.ready_url:
+            return True
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.get(self.args.ready_url) as resp,
+            ):
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -136,8 +154,10 @@ class Supervisor:
             return web.Response(text="ok\n")
 
         async def readyz(_: web.Request) -> web.Response:
-            if self.ready():
+            if await self.ready():
                 return web.Response(text="ok: leader\n")
+            if self.leading():
+                return web.Response(status=503, text="leader: the manager is not ready yet\n")
             return web.Response(status=503, text="standby: not the leader\n")
 
         app = web.Application()
