@@ -18,7 +18,13 @@ from typing import Any
 import aiohttp
 
 from gateway.flowcontrol.clock import AsyncioEventClock
-from gateway.manager.backends.base import Backend, BackendError, ContainerHandle, ContainerSpec
+from gateway.manager.backends.base import (
+    Backend,
+    BackendError,
+    ContainerHandle,
+    ContainerSpec,
+    Status,
+)
 from gateway.manager.core import ActionSpec, Container, CState, Grant, ManagerCore, ManagerSettings
 from gateway.manager.policy import Disruption, Reason
 from gateway.platform.ids import new_container_id
@@ -159,6 +165,10 @@ class ManagerService:
             return None
         stem = stems.pop(0)
         self._spawn(self._backfill(c.action.kind, self.settings.backfill_delay_seconds))
+        if await self.backend.status(stem) is not Status.RUNNING:  # died while waiting
+            self.handles.pop(stem.id, None)
+            self._spawn(self.backend.remove(stem, 0.0))
+            return None
         handle = await self.backend.relabel(stem, {**stem.labels, **labels})
         # the stem's id becomes the container id: the core's reservation takes its identity
         self.core.containers[stem.id] = self.core.containers.pop(c.id)
