@@ -33,16 +33,28 @@ DEFAULT_API_KEY = (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("up", help="run front door + routers + manager locally")
-    parser.add_argument("--listen", default="127.0.0.1:3233", help="front door HOST:PORT")
+    parser.add_argument(
+        "--listen", default="127.0.0.1:3233", help="front door HOST:PORT (default 127.0.0.1:3233)"
+    )
     parser.add_argument("--routers", type=int, default=2, help="number of routers (default 2)")
-    parser.add_argument("--state-dir", default=".apf-gateway", help="store, keys, containers")
+    parser.add_argument(
+        "--state-dir",
+        default=".apf-gateway",
+        help="store, keys, containers, logs (default .apf-gateway)",
+    )
     parser.add_argument(
         "--api-key",
         default=DEFAULT_API_KEY,
         help="UUID:KEY for namespace guest (default: the well-known OpenWhisk standalone key)",
     )
-    parser.add_argument("--prewarm", default="python:3=1", help="stem cells KIND=N ('' for none)")
-    parser.add_argument("--quota", type=int, default=100, help="containers per namespace")
+    parser.add_argument(
+        "--prewarm",
+        default="python:3=1",
+        help="stem cells KIND=N, '' for none (default python:3=1)",
+    )
+    parser.add_argument(
+        "--quota", type=int, default=100, help="containers per namespace (default 100)"
+    )
     parser.set_defaults(func=_up)
 
 
