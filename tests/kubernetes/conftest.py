@@ -12,7 +12,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from k8s_fakeapi import FakeCluster, serve
+from k8s_fakeapi import FakeCluster
+from k8s_fakehttp import serve
 
 from gateway.manager.backends.k8s.calls import rbac_triples
 from gateway.manager.backends.kubernetes import KubernetesBackend
