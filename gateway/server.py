@@ -68,6 +68,16 @@ def build_parser(settings: GatewaySettings) -> RequestInfoParser:
     )
 
 
+class LoopClock:
+    """The event clock on a known loop, with ``now`` bound straight to ``loop.time``: the core
+    reads the time several times per request, and this saves a Python frame on each read."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.now = loop.time
+        self.call_at = loop.call_at
+        self.call_later = loop.call_later
+
+
 class Gateway:
     """The ASGI app ``apf-gateway serve`` runs; ``apply`` swaps in a reloaded configuration."""
 
@@ -156,7 +166,7 @@ class Gateway:
 
         s = loaded.settings
         if self.clock is None:
-            self.clock = AsyncioEventClock(self.loop)
+            self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
         controller = FlowController(
             clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
             config=loaded.flow,

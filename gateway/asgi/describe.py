@@ -15,6 +15,9 @@ from gateway.http.types import Scope, Send
 DIGEST_KEY = "gateway.digest"
 # True for every long-running request, watches included (the proxy gives them their own pool).
 LONG_RUNNING_KEY = "gateway.long_running"
+# Headers the app itself must add to its response (set only for apps that declare
+# ``adds_response_headers = True``; others get them through a wrapped ``send``).
+RESPONSE_HEADERS_KEY = "gateway.response_headers"
 
 
 class RequestDescriber:

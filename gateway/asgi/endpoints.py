@@ -11,7 +11,7 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from gateway.asgi.describe import DIGEST_KEY
+from gateway.asgi.describe import DIGEST_KEY, RESPONSE_HEADERS_KEY
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import ASGIApp, Receive, Scope, Send
@@ -23,6 +23,9 @@ DebugDumps = dict[str, Callable[[bool], str]]
 
 
 class LocalEndpoints:
+    # Adds ``scope[RESPONSE_HEADERS_KEY]`` to its responses (and so does the proxy behind it).
+    adds_response_headers = True
+
     def __init__(
         self,
         app: ASGIApp,
@@ -41,8 +44,9 @@ class LocalEndpoints:
             path: str = scope["path"]
             if path == "/metrics":
                 await send_bytes(
-                    send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode()
-                )
+                    send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode(),
+                    scope.get(RESPONSE_HEADERS_KEY),
+                )  # fmt: skip
                 return
             if path.startswith(DEBUG_PREFIX):
                 await self._debug(scope, send, path[len(DEBUG_PREFIX) :])
@@ -55,13 +59,16 @@ class LocalEndpoints:
         if user is None or self.debug_groups.isdisjoint(user.groups):
             who = user.name if user is not None else "unknown user"
             await send_status(
-                send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"'
-            )
+                send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"',
+                headers=scope.get(RESPONSE_HEADERS_KEY),
+            )  # fmt: skip
             return
         render = self.dumps.get(name)
         if render is None:
-            await send_status(send, 404, f"no debug dump named {name!r}")
+            await send_status(
+                send, 404, f"no debug dump named {name!r}", headers=scope.get(RESPONSE_HEADERS_KEY)
+            )
             return
         query = parse_qs(scope["query_string"].decode("latin-1"))
         details = bool(query.get("includeRequestDetails", [""])[0])
-        await send_bytes(send, 200, render(details).encode(), TEXT)
+        await send_bytes(send, 200, render(details).encode(), TEXT, scope.get(RESPONSE_HEADERS_KEY))

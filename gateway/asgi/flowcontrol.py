@@ -21,6 +21,7 @@ from gateway.asgi.authn import RequestAuthenticator, Unauthorized
 from gateway.asgi.describe import (
     DIGEST_KEY,
     LONG_RUNNING_KEY,
+    RESPONSE_HEADERS_KEY,
     RequestDescriber,
     send_unauthorized,
 )
@@ -28,7 +29,7 @@ from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.controller import Classification, FlowController
-from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
+from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.settings.load import parse_duration
@@ -60,6 +61,7 @@ class FlowControlMiddleware:
         if describer is not None and authenticator is not None:
             raise ValueError("pass either describer or authenticator, not both")
         self.app = app
+        self._app_adds_headers = bool(getattr(app, "adds_response_headers", False))
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.
         self._factory = None if isinstance(controller, FlowController) else controller
@@ -71,7 +73,7 @@ class FlowControlMiddleware:
         self.request_timeout = request_timeout
         self.status_body = status_body
         self.draining = False
-        self._uid_headers: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+        self._uid_headers: dict[str, list[tuple[bytes, bytes]]] = {}
 
     @property
     def controller(self) -> FlowController:
@@ -101,13 +103,10 @@ class FlowControlMiddleware:
                     qs.cancel(req, "time-out")
 
     def _headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
-        key = (c.fs_uid, c.pl_uid)
-        found = self._uid_headers.get(key)
-        if found is None:
-            found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
-            if len(self._uid_headers) > 4096:
-                self._uid_headers.clear()
-            self._uid_headers[key] = found
+        found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
+        if len(self._uid_headers) > 4096:
+            self._uid_headers.clear()
+        self._uid_headers[c.fs_uid + c.pl_uid] = found
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,13 +128,17 @@ class FlowControlMiddleware:
             if digest.long_running:
                 await self.app(scope, receive, send)
                 return
-        controller = self.controller
+        controller = self._controller or self.controller
         classification = controller.classify(digest)
-        work = self.estimator(digest, classification)
-        pf_headers = self._headers(classification)
+        estimator = self.estimator
+        work = UNIT_WORK if estimator is unit_estimator else estimator(digest, classification)
+        pf_headers = self._uid_headers.get(classification.fs_uid + classification.pl_uid)
+        if pf_headers is None:
+            pf_headers = self._headers(classification)
         info = digest.info
-        watch = info.verb == "watch"
-        read_only = info.is_read_only
+        verb = info.verb
+        watch = verb == "watch"
+        read_only = verb in READ_ONLY_VERBS
         qs = classification.level.qs
         if qs.desired_num_queues >= 1 and (
             qs.tot_requests_waiting > 0 or not qs.can_accommodate(work.max_seats)
@@ -181,6 +184,13 @@ class FlowControlMiddleware:
     ) -> None:
         """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
         websocket = scope["type"] == "websocket"
+        if cm is None and not watch and not websocket and self._app_adds_headers:
+            scope[RESPONSE_HEADERS_KEY] = pf_headers
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                admission.release()
+            return
 
         async def send_with_headers(message: Message) -> None:
             t = message["type"]

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY
+from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS_KEY
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
@@ -40,6 +40,9 @@ Observer = Callable[[str, str, float], None]
 
 
 class ProxyApp:
+    # Adds ``scope[RESPONSE_HEADERS_KEY]`` (the PF headers) to every response it sends.
+    adds_response_headers = True
+
     def __init__(
         self,
         *,
@@ -70,7 +73,10 @@ class ProxyApp:
         path: str = scope["path"]
         route = self.route(path)
         if route is None:
-            await send_status(send, 404, f"no upstream serves {path}", reason="NotFound")
+            await send_status(
+                send, 404, f"no upstream serves {path}", reason="NotFound",
+                headers=scope.get(RESPONSE_HEADERS_KEY),
+            )  # fmt: skip
             return
         raw_path: bytes = scope.get("raw_path") or path.encode()
         if route.strip_prefix:
@@ -97,23 +103,29 @@ class ProxyApp:
             if self.observe:
                 self.observe(route.url, exc.kind, time.perf_counter() - started)
             code = 504 if isinstance(exc, UpstreamTimeout) else 502
-            await send_status(send, code, f"upstream {route.url}: {exc.kind}: {exc}")
+            await send_status(
+                send, code, f"upstream {route.url}: {exc.kind}: {exc}",
+                headers=scope.get(RESPONSE_HEADERS_KEY),
+            )  # fmt: skip
             return
         if self.observe:
             self.observe(route.url, "", time.perf_counter() - started)
         try:
-            await self._relay(resp, receive, send)
+            await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY))
         finally:
             await resp.aclose()
 
-    async def _relay(self, resp: UpstreamResponse, receive: Receive, send: Send) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status,
-                "headers": response_headers(resp.headers),
-            }
-        )
+    async def _relay(
+        self,
+        resp: UpstreamResponse,
+        receive: Receive,
+        send: Send,
+        extra: list[tuple[bytes, bytes]] | None,
+    ) -> None:
+        headers = response_headers(resp.headers)
+        if extra:
+            headers += extra
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if resp.body is not None:
             await send({"type": "http.response.body", "body": resp.body})
             return
