@@ -19,6 +19,7 @@ from gateway.router.invoker import ProxyTo, Throttled
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_LIST = 200
+MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
 
 
 def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
@@ -128,6 +129,8 @@ async def invoke(request: web.Request) -> web.Response:
     router, identity, ns = _context(request)
     action = await router.action(ns, request.match_info["name"])
     raw = await request.read()
+    if len(raw) > MAX_PAYLOAD:
+        raise ApiError(413, f"The request content was too large: {len(raw)} > {MAX_PAYLOAD} bytes.")
     try:
         params = json.loads(raw) if raw else {}
     except ValueError:

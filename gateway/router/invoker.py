@@ -193,6 +193,9 @@ class Invoker:
             progressed = True  # retry while requests wait
         except ManagerUnavailable as exc:
             log.warning("manager unavailable: %s", exc)
+            self._rejected[key] = Throttled(
+                "No container is free and the container manager is unavailable.", 1, 503
+            )
             await asyncio.sleep(0.2)
             progressed = True
         finally:

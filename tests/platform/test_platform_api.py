@@ -56,6 +56,8 @@ async def test_crud_invoke_and_activations(platform: Platform, client: httpx.Asy
     assert annotation(record, "path") == "guest/hello"
     assert annotation(record, "container").startswith("c-")
     assert any("stdout: hello bob" in line for line in record["logs"])
+    huge = await invoke(client, r, "hello", {"name": "x" * (1024 * 1024)})
+    assert huge.status_code == 413
     warm = await invoke(client, r, "hello", {"name": "eve"}, "blocking=true&result=true")
     assert warm.json() == {"greeting": "hi eve"}
 

@@ -20,8 +20,9 @@ async def test_manager_restart_keeps_warm_traffic(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
     platform.start_manager("--keep-containers", "--lease-seconds", "1")
-    r = platform.start_router("r1")
+    r = platform.start_router("r1", "--buffer-seconds", "1")
     await put_action(client, r, "warm", SLOW)
+    await put_action(client, r, "cold", SLOW)
     cid = annotation((await invoke(client, r, "warm", {"sleep": 0})).json(), "container")
     assert platform.manager is not None
     port = int(platform.manager.url.rsplit(":", 1)[1])
@@ -30,6 +31,9 @@ async def test_manager_restart_keeps_warm_traffic(
     for _ in range(5):
         resp = await invoke(client, r, "warm", {"sleep": 0})
         assert resp.status_code == 200 and annotation(resp.json(), "container") == cid
+    # but a cold start needs the manager: 503 once the buffer time is over
+    cold = await invoke(client, r, "cold", {"sleep": 0})
+    assert cold.status_code == 503 and "manager is unavailable" in cold.json()["error"]
     platform.start_manager("--keep-containers", "--lease-seconds", "1", port=port)
     # the new manager recovers the container; the router re-registers and reclaims it
     for _ in range(200):
