@@ -46,7 +46,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gateway.platform.serving import bind, parse_listen, serve_until_signal, url_of
+    from gateway.platform.serving import (
+        bind,
+        parse_listen,
+        run_async,
+        serve_until_signal,
+        url_of,
+    )
     from gateway.router.api import build_app
     from gateway.router.app import Router, RouterSettings
     from gateway.router.identity import DEFAULT_TRUSTED
@@ -75,13 +81,5 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"apf-gateway router: {exc}", file=sys.stderr)
         return 2
-    import asyncio
-
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover
-        pass
-    asyncio.run(serve_until_signal(build_app(router, url_of(sock)), sock, *shared))
+    run_async(serve_until_signal(build_app(router, url_of(sock)), sock, *shared))
     return 0

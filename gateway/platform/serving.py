@@ -10,6 +10,8 @@ import asyncio
 import signal
 import socket
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -69,11 +71,17 @@ def run(app: web.Application, listen: str) -> int:
     except (ValueError, OSError) as exc:
         print(f"cannot listen on {listen}: {exc}", file=sys.stderr)
         return 2
+    run_async(serve_until_signal(app, sock))
+    return 0
+
+
+def run_async(coro: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run`` on uvloop when available (it ships with ``uvicorn[standard]``)."""
     try:
         import uvloop
 
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
-        pass
-    asyncio.run(serve_until_signal(app, sock))
-    return 0
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(coro)
