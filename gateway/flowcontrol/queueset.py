@@ -17,6 +17,7 @@ Differences from the Go code, none of them observable in dispatch order:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections import deque
@@ -340,11 +341,15 @@ class QueueSet:
             return req
         self._enqueue(queue, req)
         flow_stats.queue_length_after_enqueue.observe(queue.n_waiting)
-        self._bound_next_dispatch(queue)
-        self._push(queue)
+        if queue.n_waiting == 1:
+            # A new head. Behind an existing head neither the head nor next_dispatch_r
+            # changes, so the queue's heap entry stays valid and pushing again would only
+            # leave a stale entry behind (memory and pops per queued request).
+            self._bound_next_dispatch(queue)
+            self._push(queue)
         self.dispatch_as_much_as_possible()
         if req.state == WAITING and wait_deadline is not None:
-            req.timer = self.clock.call_at(wait_deadline, lambda: self._time_out(req))
+            req.timer = self.clock.call_at(wait_deadline, functools.partial(self._time_out, req))
         return req
 
     def _dispatch_at_once(self, queue: Queue, req: Request) -> None:
