@@ -171,6 +171,8 @@ async def invoke(request: web.Request) -> web.Response:
     try:
         record = task.result()
     except ProxyTo as exc:
+        if proxied:  # never a second hop
+            raise ApiError(503, "The action's containers moved; try again.") from None
         return await router.forward(exc.urls, request, raw, identity, activation_id)
     except Throttled as exc:
         raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
@@ -189,6 +191,8 @@ def _forward_later(
 ) -> None:
     """A non-blocking invoke that the manager sent to a peer router: forward it there."""
     if task.cancelled() or not isinstance(task.exception(), ProxyTo):
+        return
+    if router.is_proxied(request):  # never a second hop
         return
     exc = task.exception()
     assert isinstance(exc, ProxyTo)

@@ -86,7 +86,8 @@ class Invoker:
         self.logs: dict[str, ContainerLogs | NoLogs] = {}
         self.executor = Executor(http, self.pool, self.logs, self._lost)
         self._pending: dict[str, int] = {}
-        self._futures: dict[str, set[asyncio.Future[Slot]]] = {}
+        # waiting requests per key, with whether each came proxied from a peer router
+        self._futures: dict[str, dict[asyncio.Future[Slot], bool]] = {}
         self._proxies: dict[str, tuple[list[str], float]] = {}
         self._rejected: dict[str, Throttled] = {}
         self._drained: dict[str, asyncio.Future[None]] = {}
@@ -128,7 +129,7 @@ class Invoker:
                 )
 
         waiter = self.pool.wait(key, self.settings.buffer_seconds, grant, timeout)
-        self._futures.setdefault(key, set()).add(future)
+        self._futures.setdefault(key, {})[future] = proxied
         self._ensure_capacity(action, proxied)
         try:
             return await future
@@ -138,7 +139,7 @@ class Invoker:
                 self.pool.release(future.result())
             raise
         finally:
-            self._futures.get(key, set()).discard(future)
+            self._futures.get(key, {}).pop(future, None)
 
     def _new_version(self, action: ActionInfo) -> None:
         """An update: containers of other revisions are given back as soon as they are idle
@@ -210,7 +211,9 @@ class Invoker:
             self._fail_waiters(key, exc)  # nothing will free up: answer now
 
     def _fail_waiters(self, key: str, exc: Exception) -> None:
-        for future in list(self._futures.get(key, ())):
+        for future, proxied in list(self._futures.get(key, {}).items()):
+            if proxied and isinstance(exc, ProxyTo):
+                continue  # one hop only: a proxied request waits for this router's own
             if not future.done():
                 future.set_exception(exc)
 
