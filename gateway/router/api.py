@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.platform.actions import validate_put
+from gateway.platform.actions import ActionInfo, validate_put
 from gateway.platform.errors import ALREADY_EXISTS, NOT_FOUND, ApiError, error_body
 from gateway.platform.ids import is_activation_id, new_activation_id
 from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
@@ -160,13 +160,11 @@ async def invoke(request: web.Request) -> web.Response:
             blocking=blocking,
         )
     )
-    if not blocking:
+    finished = blocking and bool((await asyncio.wait({task}, timeout=wait))[0])
+    if not finished:
         task.add_done_callback(
-            lambda t: _forward_later(router, t, request, raw, identity, activation_id)
+            lambda t: _detached(router, t, request, raw, identity, activation_id, action)
         )
-        return _json({"activationId": activation_id}, 202, **header)
-    done, _ = await asyncio.wait({task}, timeout=wait)
-    if not done:
         return _json({"activationId": activation_id}, 202, **header)
     try:
         record = task.result()
@@ -181,22 +179,24 @@ async def invoke(request: web.Request) -> web.Response:
     return _json(body, status, **header)
 
 
-def _forward_later(
+def _detached(
     router: Router,
     task: asyncio.Task[Any],
     request: web.Request,
     raw: bytes,
     identity: Any,
     activation_id: str,
+    action: ActionInfo,
 ) -> None:
-    """A non-blocking invoke that the manager sent to a peer router: forward it there."""
-    if task.cancelled() or not isinstance(task.exception(), ProxyTo):
-        return
-    if router.is_proxied(request):  # never a second hop
+    """An invoke already answered with 202 ended without a record: forward it to the peer
+    router the manager named, or record the throttling, so the activation id resolves."""
+    if task.cancelled():
         return
     exc = task.exception()
-    assert isinstance(exc, ProxyTo)
-    router.invoker.spawn(router.forward(exc.urls, request, raw, identity, activation_id))
+    if isinstance(exc, ProxyTo) and not router.is_proxied(request):  # never a second hop
+        router.invoker.spawn(router.forward(exc.urls, request, raw, identity, activation_id))
+    elif isinstance(exc, (ProxyTo, Throttled)):
+        router.record_throttled(action, identity, activation_id)
 
 
 # ---- activations -------------------------------------------------------------------------

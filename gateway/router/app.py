@@ -136,10 +136,18 @@ class Router:
         except Throttled:
             if blocking:
                 raise
-            outcome: Outcome = error_outcome(Status.DEVELOPER_ERROR, THROTTLED)
-            outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
-        else:
-            outcome = await self.invoker.run(slot, action, params, activation_id, t0)
+            return self.record_throttled(action, identity, activation_id)
+        outcome = await self.invoker.run(slot, action, params, activation_id, t0)
+        record = compose(activation_id, action, identity.subject, outcome)
+        self.writer.submit(record)
+        return record
+
+    def record_throttled(
+        self, action: ActionInfo, identity: Identity, activation_id: str
+    ) -> dict[str, Any]:
+        """Asynchronous throttling is an activation result, as in OpenWhisk, not a 429."""
+        outcome: Outcome = error_outcome(Status.DEVELOPER_ERROR, THROTTLED)
+        outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
         record = compose(activation_id, action, identity.subject, outcome)
         self.writer.submit(record)
         return record

@@ -58,6 +58,17 @@ async def test_quota_429_when_nothing_evictable(
     assert resp.status_code == 429
     assert "quota of 2 containers" in resp.json()["error"]
     assert resp.headers["retry-after"].isdigit()
+    # non-blocking: accepted, and the activation records the throttling (as OpenWhisk's
+    # asynchronous throttles do)
+    nb = await invoke(client, r, "newcomer", {"sleep": 0}, "blocking=false")
+    assert nb.status_code == 202
+    url = f"{r.url}/api/v1/namespaces/_/activations/{nb.json()['activationId']}"
+    for _ in range(100):
+        got = await client.get(url)
+        if got.status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert got.json()["response"]["result"] == {"error": "Too many concurrent requests in flight."}
 
 
 async def test_quota_evicts_an_idle_container_when_allowed(
