@@ -84,9 +84,23 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"nothing listening on {port}")
 
 
+PIDS: dict[int, list[int]] = {}  # port -> processes serving it (for CPU accounting)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of the processes, from /proc (clock ticks)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
 def process(args: list[str], port: int) -> Iterator[None]:
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    PIDS[port] = [proc.pid]
     try:
         wait_port(port)
         yield
@@ -106,6 +120,10 @@ def nginx(port: int, upstream: int) -> Iterator[None]:
     subprocess.run(["nginx", "-c", str(conf)], check=True)
     try:
         wait_port(port)
+        master = Path(d, "nginx.pid").read_text().strip()
+        children = ["pgrep", "-P", master]
+        workers = subprocess.run(children, check=True, capture_output=True, text=True).stdout
+        PIDS[port] = [int(p) for p in workers.split()]
         yield
     finally:
         subprocess.run(["nginx", "-c", str(conf), "-s", "stop"], check=False)
@@ -120,13 +138,17 @@ def gateway_args(port: int, upstream: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def wrk(port: int, connections: int, duration: float) -> tuple[float, float, float]:
+def wrk(port: int, connections: int, duration: float) -> tuple[float, float, float, float]:
+    """req/s, p50 ms, p99 ms, and CPU microseconds per request of the serving process."""
+    before = cpu_seconds(PIDS[port])
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
          f"http://127.0.0.1:{port}{PATH}"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    cpu = cpu_seconds(PIDS[port]) - before
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         raise RuntimeError(f"non-2xx responses on port {port}:\n{out}")
 
@@ -135,7 +157,7 @@ def wrk(port: int, connections: int, duration: float) -> tuple[float, float, flo
         assert m, out
         return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
 
-    return rps, pct("50"), pct("99")
+    return rps, pct("50"), pct("99"), cpu / total * 1e6
 
 
 def run(
@@ -145,7 +167,7 @@ def run(
     duration: float,
 ) -> dict[str, dict[str, list[float]]]:
     results: dict[str, dict[str, list[float]]] = {
-        v: {"rps": [], "p50": [], "p99": [], "lat50": [], "lat99": []} for v in variants
+        v: {"rps": [], "p50": [], "p99": [], "lat50": [], "lat99": [], "cpu": []} for v in variants
     }
     with contextlib.ExitStack() as stack:
         for cm in variants.values():
@@ -154,14 +176,15 @@ def run(
             wrk(ports[name], 32, 1)
         for r in range(rounds):
             for name in variants:
-                rps, p50, p99 = wrk(ports[name], 32, duration)
-                _, l50, l99 = wrk(ports[name], 4, max(2.0, duration / 2))
+                rps, p50, p99, cpu = wrk(ports[name], 32, duration)
+                _, l50, l99, _ = wrk(ports[name], 4, max(2.0, duration / 2))
                 res = results[name]
                 res["rps"].append(rps)
                 res["p50"].append(p50)
                 res["p99"].append(p99)
                 res["lat50"].append(l50)
                 res["lat99"].append(l99)
+                res["cpu"].append(cpu)
                 print(
                     f"round {r + 1} {name:>14}: {rps:9.0f} req/s  p50 {p50:6.2f} ms  "
                     f"p99 {p99:6.2f} ms  | c4 p50 {l50:5.2f} ms",
@@ -179,15 +202,16 @@ def table(results: dict[str, dict[str, list[float]]], base: str) -> str:
     med = statistics.median
     lines = [
         "| variant | req/s (median, min-max) | p50 ms | p99 ms | c4 p50 ms | added c4 p50 ms "
-        f"| vs {base} |",
-        "|---|---|---|---|---|---|---|",
+        f"| vs {base} | CPU us/req | capacity vs {base} (CPU) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         added = [a - b for a, b in zip(r["lat50"], results["direct"]["lat50"], strict=True)]
         lines.append(
             f"| {name} | {med(r['rps']):.0f} ({min(r['rps']):.0f}-{max(r['rps']):.0f}) "
             f"| {med(r['p50']):.2f} | {med(r['p99']):.2f} | {med(r['lat50']):.2f} "
-            f"| {med(added):+.2f} | {ratio(r['rps'], results[base]['rps'])} |"
+            f"| {med(added):+.2f} | {ratio(r['rps'], results[base]['rps'])} "
+            f"| {med(r['cpu']):.0f} | {ratio(results[base]['cpu'], r['cpu'])} |"
         )
     return "\n".join(lines)
 
@@ -230,6 +254,7 @@ def main() -> int:
     upstream = subprocess.Popen(
         [PY, "-c", UPSTREAM_APP, str(up)], env=env, stdout=subprocess.DEVNULL
     )
+    PIDS[up] = [upstream.pid]
     try:
         wait_port(up)
         results = run(variants, ports, args.rounds, args.duration)
@@ -245,6 +270,9 @@ def main() -> int:
     if not args.transports:
         print(f"\nAPF on / APF off: {ratio(results['apf-on']['rps'], results['apf-off']['rps'])}")
         print(f"APF on / nginx:   {ratio(results['apf-on']['rps'], results['nginx']['rps'])}")
+        on, off, ngx = (results[k]["cpu"] for k in ("apf-on", "apf-off", "nginx"))
+        print(f"CPU per request, APF off / APF on (capacity ratio): {ratio(off, on)}")
+        print(f"CPU per request, nginx / APF on (capacity ratio):   {ratio(ngx, on)}")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -236,6 +237,20 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def tune_gc() -> None:
+    """After startup: freeze what exists (config, tables, modules) out of the collector's
+    sight, and collect the young generation every 10,000 allocations instead of 700.
+
+    Measured in docs/performance.md ("Front door"): with the defaults the cyclic collector
+    took 15-45 us of every proxied request, re-scanning long-lived objects; this roughly
+    halves the CPU spent per request. Memory held by real garbage cycles waits a little
+    longer, which a proxy's short-lived, mostly acyclic objects do not notice.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 100)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
     import uvloop
@@ -256,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"apf-gateway serve: {exc}", file=sys.stderr)
         return 2
     gateway.enable_reload(loaded, args.config, overrides)
+    gateway.on_startup.append(tune_gc)
     config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):
