@@ -1,0 +1,60 @@
+"""Action documents: validation with clear messages, defaults, the typed view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.platform.actions import ActionInfo, EvictionSafe, validate_put
+from gateway.platform.errors import ApiError
+from gateway.platform.ids import is_activation_id, new_activation_id
+
+CODE = {"kind": "python:3.11", "code": "def main(a): return a"}
+
+
+def test_defaults_and_typed_view() -> None:
+    doc = validate_put("guest", "hello", {"exec": CODE, "parameters": [{"key": "k", "value": 1}]})
+    assert doc["limits"] == {
+        "timeout": 60000,
+        "memory": 256,
+        "logs": 10,
+        "concurrency": 1,
+        "instances": 30,
+    }
+    assert doc["eviction"] == {"safe": "Never"}
+    info = ActionInfo.from_doc(doc)
+    assert info.key == "guest/hello@0.0.1" and info.parameters == {"k": 1}
+    assert info.eviction is EvictionSafe.NEVER and info.main == "main"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "expected a JSON object"),
+        ({}, "'exec' is required"),
+        ({"exec": {"kind": "nodejs:20", "code": "x"}}, "not supported"),
+        ({"exec": {"kind": "python:3"}}, "'exec.code' is required"),
+        ({"exec": {**CODE, "main": "not a name"}}, "'exec.main'"),
+        ({"exec": CODE, "limits": {"timeout": 50}}, "limits.timeout must be an integer in [100"),
+        ({"exec": CODE, "limits": {"concurrency": True}}, "limits.concurrency"),
+        ({"exec": CODE, "limits": {"cpu": 1}}, "Unknown limit 'cpu'"),
+        ({"exec": CODE, "eviction": {"safe": "Sometimes"}}, "eviction.safe must be one of"),
+        ({"exec": CODE, "parameters": {"k": 1}}, "'parameters' must be a list"),
+    ],
+)
+def test_bad_documents_are_400_with_a_reason(body: Any, message: str) -> None:
+    with pytest.raises(ApiError) as exc:
+        validate_put("guest", "a", body)
+    assert exc.value.status == 400 and message in exc.value.message
+
+
+def test_bad_name() -> None:
+    with pytest.raises(ApiError, match="not a valid action name"):
+        validate_put("guest", "../x", {"exec": CODE})
+
+
+def test_activation_ids() -> None:
+    aid = new_activation_id()
+    assert is_activation_id(aid) and len(aid) == 32
+    assert not is_activation_id(aid.upper()) and not is_activation_id(aid[:-1])
