@@ -98,16 +98,6 @@ class ActionInfo:
         )
 
 
-def bump_version(version: str) -> str:
-    """OpenWhisk bumps the patch number on every update."""
-    parts = version.split(".")
-    try:
-        parts[-1] = str(int(parts[-1]) + 1)
-    except ValueError:
-        return "0.0.1"
-    return ".".join(parts)
-
-
 def validate_put(namespace: str, name: str, body: Any) -> dict[str, Any]:
     """Turn a PUT body into a complete action document (version 0.0.1) or raise 400."""
     if not is_entity_name(name):
