@@ -332,6 +332,13 @@ def markdown(r: dict[str, Any]) -> str:
         + (" - **the generator was the bottleneck**" if g["bottleneck"] else ""),
         "",
     ]
+    servers = g["cpu"].get("servers") or {}
+    if servers:
+        lines += [
+            "System under test CPU (mean / max % of one core): "
+            + ", ".join(f"{k} {v['mean']:.0f} / {v['max']:.0f}" for k, v in servers.items()),
+            "",
+        ]
     if r["events"]:
         lines += ["Events:", ""] + [f"- {json.dumps(_finite(e))}" for e in r["events"]] + [""]
     t = r["totals"]

@@ -210,7 +210,13 @@ def run(opts: Options) -> Path:
         def target() -> str:
             return st.current.url if st.current else gw.url
 
-        sampler = Sampler(target, scraper_token)
+        def servers() -> dict[str, int]:
+            found = {"upstream": upstream.popen.pid}
+            if st.current is not None:
+                found["gateway"] = st.current.popen.pid
+            return found
+
+        sampler = Sampler(target, scraper_token, servers=servers)
         sampler.start()
         env = procs.child_env()
         env["APF_LT_RUN"] = str(out / "run-spec.json")

@@ -34,8 +34,19 @@ def scrape(url: str, token: str, timeout: float = 5.0) -> str:
 
 
 class Sampler:
-    def __init__(self, target: Callable[[], str], token: str, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        target: Callable[[], str],
+        token: str,
+        interval: float = 1.0,
+        servers: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         self.target = target  # the current gateway URL (changes on a rolling restart)
+        # role -> pid of the system under test (gateway, upstream): their CPU explains latency
+        # that APF's own queues do not (everything shares this machine's cores).
+        self.servers = servers or dict
+        self.server_cpu: dict[str, list[float]] = {}
+        self._server_procs: dict[int, psutil.Process] = {}
         self.token = token
         self.interval = interval
         self.series: list[dict[str, Any]] = []
@@ -83,6 +94,16 @@ class Sampler:
                     self.cpu.setdefault(p.pid, []).append(p.cpu_percent(None))
                 except psutil.Error:
                     continue
+            for role, pid in self.servers().items():
+                try:
+                    proc = self._server_procs.get(pid)
+                    if proc is None:
+                        proc = self._server_procs[pid] = psutil.Process(pid)
+                        proc.cpu_percent(None)
+                        continue
+                    self.server_cpu.setdefault(role, []).append(proc.cpu_percent(None))
+                except psutil.Error:
+                    continue
 
     def cpu_summary(self) -> dict[str, Any]:
         per = {}
@@ -95,4 +116,9 @@ class Sampler:
                     "samples": len(steady),
                 }
         peak = max((d["mean"] for d in per.values()), default=0.0)
-        return {"processes": per, "busiestMeanPercent": peak}
+        servers = {
+            role: {"mean": sum(v) / len(v), "max": max(v)}
+            for role, v in self.server_cpu.items()
+            if v
+        }
+        return {"processes": per, "busiestMeanPercent": peak, "servers": servers}
