@@ -118,3 +118,31 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
     left = [pid for pid in family if alive(pid)]
     assert left == [], f"orphaned processes: {left}"
     assert not list((tmp_path / "state" / "containers").glob("*/container.json"))
+
+
+async def test_up_killed_hard_still_leaves_nothing(tmp_path: Path) -> None:
+    """SIGKILL gives `up` no chance to clean up: its children get SIGTERM from the kernel
+    (PR_SET_PDEATHSIG) and the manager removes the runtimes."""
+    port = free_port()
+    proc = start_up(port, tmp_path)
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready and proc.stdout.readline().startswith(b"apf-gateway is up")
+        uuid, _, key = DEFAULT_API_KEY.partition(":")
+        base = f"http://127.0.0.1:{port}/api/v1/namespaces/_"
+        async with httpx.AsyncClient(auth=(uuid, key), timeout=30) as client:
+            code = "def main(a):\n    return {}\n"
+            await client.put(base + "/actions/a", json={"exec": {"kind": "python:3", "code": code}})
+            assert (await client.post(base + "/actions/a?blocking=true")).status_code == 200
+        family = descendants(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    for _ in range(300):
+        left = [pid for pid in family if alive(pid)]
+        if not left:
+            break
+        await asyncio.sleep(0.05)
+    assert left == [], f"orphaned processes: {left}"
