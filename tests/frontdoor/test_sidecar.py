@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 from starlette.applications import Starlette
@@ -15,6 +16,8 @@ from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
 from tests.frontdoor.conftest import ServerThread
+
+CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 
 
 async def whoami(request: Request) -> JSONResponse:
@@ -39,5 +42,49 @@ def test_wraps_a_starlette_app() -> None:
         assert r.json() == {"user": "system:anonymous", "verb": "list", "resource": "pods"}
         assert r.headers["x-kubernetes-pf-flowschema-uid"]
         assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    finally:
+        server.stop()
+
+
+def make_ws_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
+    from starlette.routing import WebSocketRoute
+    from starlette.websockets import WebSocket
+
+    from gateway.settings.sources import load_config
+
+    async def echo(ws: WebSocket) -> None:
+        await ws.accept()
+        async for text in ws.iter_text():
+            await ws.send_text(text)
+
+    flow = load_config([CONFIG], {"upstreams": [{"url": "http://127.0.0.1:1"}]}).flow
+    app = Starlette(routes=[Route("/queue/x", whoami_plain), WebSocketRoute("/queue/ws", echo)])
+    return FlowControlMiddleware(
+        app,
+        controller=lambda: FlowController(
+            clock=AsyncioEventClock(), server_concurrency_limit=3, config=flow
+        ),
+    )
+
+
+async def whoami_plain(request: Request) -> JSONResponse:
+    return JSONResponse({"ok": True})
+
+
+def test_websocket_holds_its_seat_only_for_the_handshake() -> None:
+    from websockets.sync.client import connect
+
+    server = ServerThread(make_ws_app).start()
+    try:
+        # tiny-queue has one seat; an open websocket must not keep it.
+        with connect(f"ws://127.0.0.1:{server.port}/queue/ws") as ws:
+            ws.send("hello")
+            assert ws.recv(timeout=3) == "hello"
+            r = httpx.get(server.url + "/queue/x", timeout=3)
+            assert r.status_code == 200
+            assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+            mw: FlowControlMiddleware = server.app
+            qs = mw.controller.levels["tiny-queue"].qs
+            assert server.call(lambda: qs.tot_requests_executing) == 0
     finally:
         server.stop()
