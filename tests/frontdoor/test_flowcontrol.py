@@ -283,3 +283,26 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
     assert buckets == WAIT_BUCKETS
     # Proxy metrics ride along.
     assert "gateway_upstream_request_duration_seconds_bucket" in labels
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "limit"),
+    [
+        ("/api/v1/pods", b"", 15.0),  # request timeout 60 s / 4
+        ("/api/v1/pods", b"timeout=8s", 2.0),  # the client's deadline / 4
+        ("/api/v1/pods", b"timeout=10m", 60.0),  # never more than a minute
+        ("/api/v1/pods", b"watch=1&timeout=8s", 15.0),  # watches have no deadline
+    ],
+)
+def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit: float) -> None:
+    from gateway.asgi.flowcontrol import FlowControlMiddleware
+    from gateway.asgi.requestinfo import RequestInfoParser
+    from gateway.flowcontrol.controller import FlowController
+    from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("not called")
+
+    mw = FlowControlMiddleware(app, controller=FlowController(clock=FakeEventClock()))
+    info, _ = RequestInfoParser().parse("GET", path, query)
+    assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
