@@ -134,7 +134,9 @@ async def evict(request: web.Request) -> web.Response:
     c = service.core.containers.get(cid)
     if c is None:
         return _error(404, f"no container {cid}")
-    decision = await service.disrupt(cid, reason)
+    decision, kept = await service.disrupt(cid, reason)
+    if kept is not None:
+        return _error(409, f"{cid} was not removed: {kept}")
     if decision.value == "refuse":
         return _error(
             429,
@@ -146,8 +148,8 @@ async def evict(request: web.Request) -> web.Response:
 
 async def drain(request: web.Request) -> web.Response:
     data = await _body(request)
-    decisions = await request.app[SERVICE].drain(data.get("namespace"), data.get("action"))
-    return web.json_response({"drained": decisions})
+    decisions, kept = await request.app[SERVICE].drain(data.get("namespace"), data.get("action"))
+    return web.json_response({"drained": decisions, "kept": kept})
 
 
 async def list_containers(request: web.Request) -> web.Response:

@@ -219,26 +219,41 @@ class ManagerService:
         self._spawn(self._remove(cid, grace))
         return True
 
-    async def disrupt(self, cid: str, reason: Reason) -> Disruption:
+    async def disrupt(self, cid: str, reason: Reason) -> tuple[Disruption, str | None]:
+        """The policy's decision, and why the container was kept despite it (or None)."""
         decision = self.core.disruption(cid, reason)
+        kept = None
         if decision is not Disruption.REFUSE:
-            await self._disrupt(self.core.containers[cid], decision)
-        return decision
+            kept = await self._disrupt(self.core.containers[cid], decision)
+        return decision, kept
 
-    async def drain(self, namespace: str | None, action: str | None) -> dict[str, str]:
+    async def drain(
+        self, namespace: str | None, action: str | None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Upgrade-style drain: (decision per container, why some were kept)."""
         chosen = self.core.select(namespace, action)
         decisions = {c.id: self.core.disruption(c.id, Reason.UPGRADE) for c in chosen}
-        await asyncio.gather(*(self._disrupt(c, decisions[c.id]) for c in chosen))
-        return {cid: d.value for cid, d in decisions.items()}
+        kept = await asyncio.gather(*(self._disrupt(c, decisions[c.id]) for c in chosen))
+        return (
+            {cid: d.value for cid, d in decisions.items()},
+            {c.id: why for c, why in zip(chosen, kept, strict=True) if why is not None},
+        )
 
-    async def _disrupt(self, c: Container, decision: Disruption) -> None:
+    async def _disrupt(self, c: Container, decision: Disruption) -> str | None:
+        """Remove ``c`` as ``decision`` says; the reason it was kept instead, if it was."""
         grace = self.settings.grace_seconds
+        when_idle = decision is Disruption.WHEN_IDLE
+        if when_idle and c.state is CState.QUARANTINED:
+            # its last owner may still be running an activation in it: never while busy
+            return "quarantined: its last owner may still be using it; drain again later"
         if c.state is CState.ASSIGNED and c.owner in self.core.routers:
             url = self.core.routers[c.owner].url
-            wait = None if decision is Disruption.WHEN_IDLE else grace
-            await self._ask_give_back(url, c.id, False, wait)
+            answered = await self._ask_give_back(url, c.id, False, None if when_idle else grace)
+            if when_idle and not answered:
+                return "its owner did not confirm it is idle; drain again later"
         if self.core.begin_removal(c.id) is not None:
             await self._remove(c.id, grace)
+        return None
 
     async def _ask_give_back(
         self, router_url: str, cid: str, only_if_idle: bool, wait: float | None
@@ -252,7 +267,7 @@ class ManagerService:
                 return resp.status == 200
         except aiohttp.ClientError as exc:
             log.warning("router %s unreachable for give-back of %s: %s", router_url, cid, exc)
-            return not only_if_idle
+            return False
 
     async def _remove(self, cid: str, grace: float) -> None:
         handle = self.handles.pop(cid, None)

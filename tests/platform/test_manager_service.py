@@ -1,0 +1,106 @@
+"""ManagerService over an in-memory backend: recovery after restart, drains that must keep a
+container (Never + quarantined), and a backend that cannot start containers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.manager.backends.base import (
+    BackendError,
+    ContainerGone,
+    ContainerHandle,
+    ContainerSpec,
+    Status,
+)
+from gateway.manager.core import ActionSpec, ManagerSettings
+from gateway.manager.service import AcquireRejected, ManagerService, ServiceSettings
+from gateway.platform.actions import EvictionSafe
+
+
+class MemoryBackend:
+    """Containers that exist only in a dict; ``broken`` makes every create fail."""
+
+    name = "memory"
+
+    def __init__(self, broken: bool = False) -> None:
+        self.broken = broken
+        self.live: dict[str, ContainerHandle] = {}
+        self.removed: list[str] = []
+
+    async def create(self, spec: ContainerSpec) -> ContainerHandle:
+        if self.broken:
+            raise BackendError("no capacity")
+        handle = ContainerHandle(spec.id, f"http://mem/{spec.id}", dict(spec.labels), 0.0)
+        self.live[spec.id] = handle
+        return handle
+
+    async def remove(self, handle: ContainerHandle, grace: float) -> None:
+        if self.live.pop(handle.id, None) is not None:
+            self.removed.append(handle.id)
+
+    async def pause(self, handle: ContainerHandle) -> None:
+        if handle.id not in self.live:
+            raise ContainerGone(handle.id)
+
+    resume = pause
+
+    async def status(self, handle: ContainerHandle) -> Status:
+        return Status.RUNNING if handle.id in self.live else Status.GONE
+
+    async def list(self) -> list[ContainerHandle]:
+        return list(self.live.values())
+
+    async def relabel(self, handle: ContainerHandle, labels: dict[str, str]) -> ContainerHandle:
+        new = ContainerHandle(handle.id, handle.url, labels, handle.created)
+        self.live[handle.id] = new
+        return new
+
+    def agent(self, handle: ContainerHandle) -> dict[str, Any]:
+        return {}
+
+    async def close(self) -> None:
+        pass
+
+
+def recovered(backend: MemoryBackend, cid: str, safe: EvictionSafe) -> None:
+    spec = ActionSpec("guest", cid, "0.0.1", "python:3", eviction=safe)
+    labels = {"role": "action", "action": json.dumps(spec.to_json())}
+    backend.live[cid] = ContainerHandle(cid, f"http://mem/{cid}", labels, 0.0)
+
+
+def settings(**kw: Any) -> ServiceSettings:
+    return ServiceSettings(core=ManagerSettings(**kw), remove_on_exit=False)
+
+
+async def test_restart_recovers_and_drain_keeps_quarantined_never_containers() -> None:
+    backend = MemoryBackend()
+    recovered(backend, "c-never", EvictionSafe.NEVER)
+    recovered(backend, "c-always", EvictionSafe.ALWAYS)
+    service = ManagerService(backend, settings())
+    await service.start()
+    try:
+        states = {c.id: c.state.value for c in service.core.containers.values()}
+        assert states == {"c-never": "quarantined", "c-always": "quarantined"}
+        decisions, kept = await service.drain(None, None)
+        assert decisions == {"c-never": "when-idle", "c-always": "graceful-stop"}
+        assert set(kept) == {"c-never"} and "quarantined" in kept["c-never"]
+        assert backend.removed == ["c-always"]
+    finally:
+        await service.stop()
+
+
+async def test_backend_failure_is_a_503_and_frees_the_quota() -> None:
+    service = ManagerService(MemoryBackend(broken=True), settings(default_quota=1))
+    await service.start()
+    try:
+        service.core.register("r1", "http://r1")
+        spec = ActionSpec("guest", "a", "0.0.1", "python:3")
+        for _ in range(2):  # the failed reservation does not hold the only quota slot
+            with pytest.raises(AcquireRejected) as exc:
+                await service.acquire("r1", spec, count=1, known=[], allow_proxy=True)
+            assert exc.value.status == 503
+    finally:
+        await service.stop()
