@@ -79,6 +79,12 @@ class Queue:
         return self.n_waiting == 0 and not self.executing
 
 
+@functools.cache
+def _initial_work(seats: int, estimated_service: float) -> int:
+    """Seats x G in seat-seconds; few distinct widths, so computed once each."""
+    return seats_times_duration(seats, estimated_service)
+
+
 class Request:
     """One request's life in a queue set; ``on_decided`` fires when a wait ends."""
 
@@ -118,10 +124,9 @@ class Request:
         self.final_seats = work.final_seats
         self.additional_latency = work.additional_latency
         self.max_seats = work.max_seats
-        self.final_work = seats_times_duration(work.final_seats, work.additional_latency)
-        self.total_work = (
-            seats_times_duration(work.initial_seats, estimated_service) + self.final_work
-        )
+        final, latency = work.final_seats, work.additional_latency
+        self.final_work = seats_times_duration(final, latency) if final and latency else 0
+        self.total_work = _initial_work(work.initial_seats, estimated_service) + self.final_work
         self.fs_name = fs_name
         self.distinguisher = distinguisher
         self.flow_stats = flow_stats
