@@ -110,11 +110,11 @@ async def test_evict_api_follows_the_table(platform: Platform, client: httpx.Asy
     assert remaining == {cid for cid, cell in zip(cids, EVICT_CELLS, strict=True) if not cell[2]}
 
 
-async def test_idle_container_is_paused_and_resumed(
+async def test_idle_container_is_paused_resumed_and_given_back(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
     platform.start_manager()
-    r = platform.start_router("r1", "--pause-grace", "0.2")
+    r = platform.start_router("r1", "--pause-grace", "0.2", "--idle-timeout", "1")
     await put_action(client, r, "p", SLOW)
     await invoke(client, r, "p", {"sleep": 0})
     (c,) = await manager_containers(client, platform)
@@ -127,6 +127,12 @@ async def test_idle_container_is_paused_and_resumed(
     resp = await invoke(client, r, "p", {"sleep": 0})
     assert resp.status_code == 200 and annotation(resp.json(), "container") == c["id"]
     assert proc_state(pid) in ("S", "R", "T")  # resumed for the run (and maybe paused again)
+    # after the idle timeout the router gives it back and the manager removes it
+    for _ in range(200):
+        if not await manager_containers(client, platform):
+            break
+        await asyncio.sleep(0.02)
+    assert await manager_containers(client, platform) == []
 
 
 async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containers(
