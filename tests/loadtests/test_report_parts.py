@@ -143,3 +143,14 @@ async def test_balancer_switches_new_connections() -> None:
         bal.stop()
         a.close()
         b.close()
+
+
+def test_cli_lists_scenarios_and_refuses_unknown_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli.main import main
+
+    assert main(["loadtest", "--list"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("equal-tenants", "mice-elephants", "rolling-restart", "openwhisk"):
+        assert name in listed
+    assert main(["loadtest", "no-such-scenario", "--out", "/nonexistent/x"]) == 2
+    assert "no scenario 'no-such-scenario'" in capsys.readouterr().err
