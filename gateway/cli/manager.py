@@ -21,6 +21,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--listen", default="127.0.0.1:7071", help="HOST:PORT (port 0: any)")
     serve.add_argument("--state-dir", default=".apf-gateway", help="containers' state and logs")
     serve.add_argument("--backend", default="local", help="container backend: local, kubernetes")
+    serve.add_argument(
+        "--backend-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="kubernetes backend option (as its APF_K8S_NAME variable; the flag wins), "
+        "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11",
+    )
     serve.add_argument("--lease-seconds", type=float, default=10.0, help="router lease length")
     serve.add_argument("--quota", type=int, default=100, help="containers per namespace")
     serve.add_argument(
@@ -73,7 +81,16 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.platform.serving import run
 
     options: dict[str, Any] = {}
+    for item in args.backend_option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            print(f"--backend-option expects NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        options[name.strip().replace("-", "_")] = value
     if args.backend == "local":
+        if options:
+            print("the local backend takes no --backend-option", file=sys.stderr)
+            return 2
         options["state_dir"] = Path(args.state_dir)
     try:
         backend = load_backend(args.backend, **options)

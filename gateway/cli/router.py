@@ -30,11 +30,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="front door / peer addresses whose X-Remote-* headers are believed "
         "(default 127.0.0.1/32 and ::1/128)",
     )
-    parser.add_argument(
-        "--openwhisk-keys-file",
-        default=None,
-        help="TEMPORARY: check HTTP Basic OpenWhisk keys here (lines uuid:key,subject,namespace)",
-    )
     parser.add_argument("--buffer-seconds", type=float, default=10.0, help="wait for a slot")
     parser.add_argument("--pause-grace", type=float, default=10.0, help="idle before pause")
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="idle before give back")
@@ -70,7 +65,6 @@ def _run(args: argparse.Namespace) -> int:
                 manager_url=args.manager,
                 store_url=args.store,
                 trusted=tuple(args.trusted_network or DEFAULT_TRUSTED),
-                keys_file=args.openwhisk_keys_file,
                 buffer_seconds=args.buffer_seconds,
                 pause_grace=args.pause_grace,
                 idle_timeout=args.idle_timeout,

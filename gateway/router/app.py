@@ -16,7 +16,7 @@ from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, ApiError
 from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
-from gateway.router.identity import DEFAULT_TRUSTED, Identity, KeyFile, is_trusted, parse_networks
+from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.pool import PoolSettings
@@ -31,7 +31,6 @@ class RouterSettings:
     manager_url: str
     store_url: str
     trusted: tuple[str, ...] = DEFAULT_TRUSTED
-    keys_file: str | None = None  # TEMPORARY Basic-auth check until the front door serves
     buffer_seconds: float = 10.0
     pause_grace: float = 10.0
     idle_timeout: float = 600.0
@@ -44,7 +43,6 @@ class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
         self.trusted = parse_networks(list(settings.trusted))
-        self.keys = KeyFile.load(settings.keys_file) if settings.keys_file else None
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
 
@@ -92,8 +90,6 @@ class Router:
             namespace = request.headers.get("X-Remote-Extra-Namespace")
             if user and namespace:
                 return Identity(user, namespace)
-        if self.keys is not None:
-            return self.keys.check(request.headers.get("Authorization"))
         raise ApiError(401, "The supplied authentication is invalid.")
 
     def is_trusted_peer(self, request: web.Request) -> bool:

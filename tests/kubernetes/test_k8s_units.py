@@ -98,3 +98,28 @@ def test_template_values_win_with_a_warning() -> None:
     forced = apply_eviction(EvictionSafe.ON_UPGRADE, {}, {CA_ANNOTATION: "true"})
     assert forced.safe is EvictionSafe.ALWAYS
     assert forced.labels[SAFE_LABEL] == "true"
+
+
+def test_backend_options_from_flags_win_and_are_parsed(tmp_path: Path) -> None:
+    env = {"APF_K8S_NAMESPACE": "from-env", "APF_K8S_RUNTIME_PORT": "9000"}
+    options = K8sOptions.from_env(
+        env, namespace="from-flag", images="python:3.11=ow/py:1", start_timeout="2.5"
+    )
+    assert options.namespace == "from-flag"
+    assert options.runtime_port == 9000  # not given as a flag: the environment's
+    assert options.images == {"python:3.11": "ow/py:1"}
+    assert options.start_timeout == 2.5
+    with pytest.raises(ValueError, match=re.escape("--backend-option runtime_port='http'")):
+        K8sOptions.from_env({}, runtime_port="http")
+
+
+def test_manager_serve_takes_backend_options_as_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli.main import main
+
+    argv = ["manager", "serve", "--backend", "kubernetes", "--backend-option"]
+    assert main([*argv, "runtime-port=http"]) == 2
+    assert "--backend-option runtime_port='http'" in capsys.readouterr().err
+    assert main([*argv, "bogus=1"]) == 2
+    assert "unknown kubernetes backend options: ['bogus']" in capsys.readouterr().err
+    assert main(["manager", "serve", "--backend-option", "namespace=x"]) == 2
+    assert "the local backend takes no --backend-option" in capsys.readouterr().err

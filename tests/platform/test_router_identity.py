@@ -1,18 +1,11 @@
-"""Identity: trusted networks, namespaces, and the (temporary) keys file."""
+"""Identity: trusted networks and namespaces."""
 
 from __future__ import annotations
-
-import base64
-from pathlib import Path
 
 import pytest
 
 from gateway.platform.errors import ApiError
-from gateway.router.identity import Identity, KeyFile, is_trusted, parse_networks
-
-
-def basic(value: str) -> str:
-    return "Basic " + base64.b64encode(value.encode()).decode()
+from gateway.router.identity import Identity, is_trusted, parse_networks
 
 
 def test_trusted_networks() -> None:
@@ -31,15 +24,11 @@ def test_own_namespace_only() -> None:
     assert exc.value.status == 403 and "'bob'" in exc.value.message
 
 
-def test_keys_file(tmp_path: Path) -> None:
-    path = tmp_path / "keys"
-    path.write_text("# uuid:key,subject,namespace\n\nu1:k1,alice,guest\n")
-    keys = KeyFile.load(path)
-    assert keys.check(basic("u1:k1")) == Identity("alice", "guest")
-    for header in (None, "Bearer x", basic("u1:wrong"), basic("u2:k1"), "Basic !!!"):
-        with pytest.raises(ApiError) as exc:
-            keys.check(header)
-        assert exc.value.status == 401
-    path.write_text("u1:k1,alice\n")
-    with pytest.raises(ValueError, match=r"keys:1: expected 'uuid:key,subject,namespace'"):
-        KeyFile.load(path)
+def test_the_router_no_longer_checks_keys_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """The front door authenticates OpenWhisk keys; the router's stop-gap flag is gone."""
+    from gateway.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["router", "--openwhisk-keys-file", "keys"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --openwhisk-keys-file" in capsys.readouterr().err

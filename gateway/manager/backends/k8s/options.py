@@ -1,6 +1,6 @@
-"""The Kubernetes backend's settings: keyword arguments, else ``APF_K8S_*`` environment
-variables (the manager's CLI passes no options to this backend, and the Deployment in
-``deploy/`` sets these variables, partly from the downward API)."""
+"""The Kubernetes backend's settings: keyword arguments (``apf-gateway manager serve
+--backend-option NAME=VALUE`` passes them as text), else ``APF_K8S_*`` environment variables
+(the Deployment in ``deploy/`` sets these, partly from the downward API), else defaults."""
 
 from __future__ import annotations
 
@@ -35,17 +35,24 @@ class K8sOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **given: Any) -> K8sOptions:
-        """``given`` wins over the environment, which wins over defaults."""
+        """``given`` wins over the environment, which wins over defaults. A ``str`` given for
+        a field of another type is parsed like the environment variable would be."""
         names = {f.name for f in fields(cls)}
         unknown = set(given) - names
         if unknown:
-            raise ValueError(f"unknown kubernetes backend options: {sorted(unknown)}")
+            raise ValueError(
+                f"unknown kubernetes backend options: {sorted(unknown)} (known: {sorted(names)})"
+            )
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get("APF_K8S_" + f.name.upper())
             if raw is not None and raw != "":
                 values[f.name] = _parse(f.name, raw)
-        values.update({k: v for k, v in given.items() if v is not None})
+        for name, value in given.items():
+            if isinstance(value, str) and name in _TYPED:
+                values[name] = _parse(name, value, f"--backend-option {name}")
+            elif value is not None:
+                values[name] = value
         if "namespace" not in values and SERVICE_ACCOUNT_NAMESPACE.exists():
             values["namespace"] = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
         return cls(**values)
@@ -60,7 +67,18 @@ class K8sOptions:
         return (image, False) if image else (self.image, True)
 
 
-def _parse(name: str, raw: str) -> Any:
+_TYPED = {
+    "images",
+    "pod_template",
+    "runtime_port",
+    "termination_grace_seconds",
+    "cpu_per_gib",
+    "start_timeout",
+    "eviction_retry_seconds",
+}
+
+
+def _parse(name: str, raw: str, source: str = "") -> Any:
     try:
         if name == "images":
             pairs = [p.strip() for p in raw.split(",") if p.strip()]
@@ -81,5 +99,5 @@ def _parse(name: str, raw: str) -> Any:
         if name in ("cpu_per_gib", "start_timeout", "eviction_retry_seconds"):
             return float(raw)
     except (ValueError, OSError) as exc:
-        raise ValueError(f"APF_K8S_{name.upper()}={raw!r}: {exc}") from exc
+        raise ValueError(f"{source or 'APF_K8S_' + name.upper()}={raw!r}: {exc}") from exc
     return raw
