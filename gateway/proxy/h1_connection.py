@@ -46,6 +46,8 @@ class Conn(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.last_read = time.monotonic()
         self.paused = False
+        self.received = False  # any response bytes since this request was written
+        self.reused = False  # taken from the idle pool (the upstream may have closed it)
 
     # asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -53,6 +55,7 @@ class Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        self.received = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -171,6 +174,7 @@ class Pool:
                 continue
             self.active += 1
             conn._reset()
+            conn.reused = True
             return conn
         if self.limit and self.active >= self.limit:
             fut = self.loop.create_future()

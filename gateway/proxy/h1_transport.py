@@ -21,6 +21,7 @@ from gateway.proxy.transport import (
     PoolLimits,
     Timeouts,
     UpstreamConnectError,
+    UpstreamProtocolError,
 )
 
 
@@ -94,7 +95,30 @@ class H1UpstreamTransport:
         host, port, host_header, start = self._split(url)
         target = url[start:] or "/"
         pool = self._pool(host, port, long_running)
-        conn = await pool.acquire()
+        replayable = body is None or isinstance(body, bytes)
+        while True:
+            conn = await pool.acquire()
+            try:
+                return await self._attempt(
+                    conn, pool, method, target, host_header, headers, body, long_running
+                )
+            except UpstreamProtocolError:
+                # A kept-alive connection the upstream closed as we reused it: nothing was
+                # received, so the request never ran; send it again on another connection.
+                if not (conn.reused and not conn.received and replayable):
+                    raise
+
+    async def _attempt(
+        self,
+        conn: Conn,
+        pool: Pool,
+        method: str,
+        target: str,
+        host_header: bytes,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes] | None,
+        long_running: bool,
+    ) -> H1Response:
         resp = H1Response(conn, pool, self.timeouts.read)
         try:
             await self._write(conn, method, target, host_header, headers, body)

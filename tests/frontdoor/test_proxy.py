@@ -148,3 +148,53 @@ def test_status_body_helper_is_valid_json() -> None:
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "slow down", "reason": "TooManyRequests", "code": 429,
     }  # fmt: skip
+
+
+def test_h1_resends_when_a_kept_alive_connection_was_closed(
+    gateways: list[ServerThread],
+) -> None:
+    """The upstream answers the first request on each connection and closes on the second,
+    without a response: the race of an upstream's keep-alive timeout, made deterministic."""
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    port: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # second request on this connection: hang up
+        writer.close()
+
+    stop = loop.create_future()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        await stop
+        server.close()
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await server.wait_closed()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    ready.wait(5)
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port[0]}"}], **APF_OFF,
+        "proxy": {"transport": "h1"},
+    })  # fmt: skip
+    gateways.append(gw)
+    with httpx.Client(base_url=gw.url) as client:
+        codes = [client.get("/x").status_code for _ in range(3)]
+    gw.stop()
+    loop.call_soon_threadsafe(stop.set_result, None)
+    thread.join(5)
+    loop.close()
+    assert codes == [200, 200, 200]
