@@ -1,13 +1,17 @@
 """``python -m gateway.runtime --host H --port N [--concurrency C]``.
 
 Prints ``LISTENING <port>`` as the first stdout line (port 0 picks a free one), then serves
-until killed. stdout/stderr are line-buffered so log lines reach the router as they happen.
+until SIGTERM: it stops accepting, lets the runs in flight finish, then exits 0 (whoever sent
+SIGTERM sends SIGKILL after its grace period). stdout/stderr are line-buffered so log lines
+reach the router as they happen.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+from types import FrameType
 
 USAGE = "usage: python -m gateway.runtime [--host H] [--port N] [--concurrency C]"
 
@@ -39,14 +43,20 @@ def _parse(argv: list[str]) -> tuple[str, int, int | None]:
 def main(argv: list[str]) -> None:
     host, port, concurrency = _parse(argv)
     from gateway.runtime.app import Runtime
-    from gateway.runtime.http import listen, serve_forever
+    from gateway.runtime.http import Stopping, listen, serve_forever
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the drain must not be interrupted
+        raise Stopping
+
+    signal.signal(signal.SIGTERM, stop)
 
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sock = listen(host, port)
     sys.stdout.write(f"LISTENING {sock.getsockname()[1]}\n")
     sys.stdout.flush()
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt, Stopping):
         serve_forever(sock, Runtime(concurrency))
 
 

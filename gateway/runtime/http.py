@@ -9,6 +9,11 @@ runs right in the connection's thread.
 Supported: ``Content-Length`` and chunked request bodies, ``Expect: 100-continue``,
 keep-alive (HTTP/1.1 default, ``Connection: close`` honoured). Responses always carry
 ``Content-Length``.
+
+Graceful stop (``Stopping`` raised in the accepting thread, by the SIGTERM handler of
+``__main__``): the listening socket closes at once, requests already being handled finish,
+requests arriving later on kept-alive connections get 503, and ``serve_forever`` returns once
+nothing is in flight. The container's grace period (SIGKILL after it) bounds the wait.
 """
 
 from __future__ import annotations
@@ -36,7 +41,39 @@ _REASONS = {
     413: b"Payload Too Large",
     500: b"Internal Server Error",
     502: b"Bad Gateway",
+    503: b"Service Unavailable",
 }
+STOPPING_BODY = b'{"error": "The action runtime is shutting down."}'
+
+
+class Stopping(Exception):
+    """Raised (by a signal handler) in the thread running ``serve_forever``."""
+
+
+class _InFlight:
+    """Requests being handled; once ``stopping`` no new one is admitted."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.count = 0
+        self.stopping = False
+
+    def enter(self) -> bool:
+        with self.cond:
+            if self.stopping:
+                return False
+            self.count += 1
+            return True
+
+    def leave(self) -> None:
+        with self.cond:
+            self.count -= 1
+            self.cond.notify_all()
+
+    def drain(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.wait_for(lambda: self.count == 0)
 
 
 class BadRequest(Exception):
@@ -50,13 +87,23 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def serve_forever(sock: socket.socket, handler: Handler) -> None:
-    while True:
-        conn, _ = sock.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_serve_connection, args=(conn, handler), daemon=True).start()
+    """Serve until ``Stopping`` is raised here; then drain (see the module docstring)."""
+    in_flight = _InFlight()
+    try:
+        while True:
+            conn, _ = sock.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(
+                target=_serve_connection, args=(conn, handler, in_flight), daemon=True
+            ).start()
+    except Stopping:
+        sock.close()
+        in_flight.drain()
 
 
-def _serve_connection(conn: socket.socket, handler: Handler) -> None:
+def _serve_connection(
+    conn: socket.socket, handler: Handler, in_flight: _InFlight | None = None
+) -> None:
     rfile = conn.makefile("rb")
     try:
         while True:
@@ -69,12 +116,19 @@ def _serve_connection(conn: socket.socket, handler: Handler) -> None:
             if request is None:
                 return
             method, path, body, keep_alive = request
+            if in_flight is not None and not in_flight.enter():
+                conn.sendall(_response(503, STOPPING_BODY, keep_alive=False))
+                return
             try:
                 status, payload = handler(method, path, body)
             except Exception as exc:  # a bug in the runtime itself: answer, keep serving
                 status, payload = 500, b'{"error": "Internal error in the action runtime."}'
                 sys.stderr.write(f"action runtime: internal error: {exc!r}\n")
-            conn.sendall(_response(status, payload, keep_alive=keep_alive))
+            try:
+                conn.sendall(_response(status, payload, keep_alive=keep_alive))
+            finally:
+                if in_flight is not None:
+                    in_flight.leave()
             if not keep_alive:
                 return
     except OSError:
