@@ -24,6 +24,8 @@ from gateway.proxy.transport import (
     UpstreamProtocolError,
 )
 
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+
 
 class H1Response:
     __slots__ = ("_conn", "_pool", "_read_timeout", "_released", "body", "headers", "status")
@@ -95,7 +97,8 @@ class H1UpstreamTransport:
         host, port, host_header, start = self._split(url)
         target = url[start:] or "/"
         pool = self._pool(host, port, long_running)
-        replayable = body is None or isinstance(body, bytes)
+        # RFC 9110 9.2.2: only idempotent requests may be retried without the client asking.
+        replayable = method in IDEMPOTENT and (body is None or isinstance(body, bytes))
         while True:
             conn = await pool.acquire()
             try:
