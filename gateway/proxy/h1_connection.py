@@ -63,6 +63,11 @@ class Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.complete and exc is None and self._ends_at_eof():
+            # A body without length or chunking ends when the upstream closes (RFC 9112 6.3).
+            self.complete = True
+            self.keep_alive = False
+            self._wake()
         if not self.complete:
             self._fail(UpstreamProtocolError(f"upstream closed the connection: {exc or 'EOF'}"))
         self.pool.forget(self)
@@ -90,6 +95,14 @@ class Conn(asyncio.Protocol):
         self._wake()
 
     # helpers ---------------------------------------------------------------------------
+    def _ends_at_eof(self) -> bool:
+        if not self.headers_done.done() or self.error is not None:
+            return False
+        return not any(
+            name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value)
+            for name, value in self.headers
+        )
+
     def _wake(self) -> None:
         w = self.waiter
         if w is not None and not w.done():

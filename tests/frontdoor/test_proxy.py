@@ -198,3 +198,46 @@ def test_h1_resends_when_a_kept_alive_connection_was_closed(
     thread.join(5)
     loop.close()
     assert codes == [200, 200, 200]
+
+
+def test_body_delimited_by_connection_close_is_relayed(
+    gateways: list[ServerThread], transport: str
+) -> None:
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    port: list[int] = []
+    stop = loop.create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhello, until EOF")
+        await writer.drain()
+        writer.close()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        await stop
+        server.close()
+        await server.wait_closed()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    ready.wait(5)
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port[0]}"}], **APF_OFF,
+        "proxy": {"transport": transport},
+    })  # fmt: skip
+    gateways.append(gw)
+    try:
+        r = httpx.get(gw.url + "/x", timeout=5)
+        assert (r.status_code, r.text) == (200, "hello, until EOF")
+    finally:
+        gw.stop()
+        loop.call_soon_threadsafe(stop.set_result, None)
+        thread.join(5)
+        loop.close()
