@@ -63,4 +63,7 @@ def main(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         print(f"apf-gateway loadtest: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the runner has stopped Locust, the gateway and the upstream
+        print("apf-gateway loadtest: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -190,6 +190,7 @@ def run(opts: Options) -> Path:
     sampler: Sampler | None = None
     stop_events = threading.Event()
     locust_rc: int | None = None
+    locust: subprocess.Popen[bytes] | None = None
     try:
         gw = procs.start_gateway("gateway-1", out, config_dir, upstream.url)
         st.gateways.append(gw)
@@ -260,6 +261,12 @@ def run(opts: Options) -> Path:
         (out / "metrics-after.txt").write_text(scrape(st.current.url, scraper_token))
     finally:
         stop_events.set()
+        if locust is not None and locust.poll() is None:  # interrupted: stop the generator
+            locust.send_signal(signal.SIGINT)
+            try:
+                locust.wait(15)
+            except subprocess.TimeoutExpired:
+                locust.kill()
         if sampler is not None:
             sampler.stop()
         if st.balancer is not None:

@@ -7,11 +7,15 @@ seconds. Both run at the same time to keep the test short.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,24 +32,48 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("loadtest")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    outs = {name: base / name for name in ("smoke-fairness", "smoke-mice")}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "loadtests", str(HERE / f"{name}.yaml"), "--out", str(out)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for name, out in outs.items()
-    }
-    for name, p in procs.items():
-        output, _ = p.communicate(timeout=60)
-        assert p.returncode == 0, f"{name} failed:\n{output.decode(errors='replace')[-3000:]}"
-    return outs
+def runs() -> Iterator[dict[str, Path]]:
+    # Not tmp_path_factory: concurrent pytest sessions of the same user prune each other's
+    # numbered base folders, and a run's output must not vanish under it.
+    with tempfile.TemporaryDirectory(prefix="apf-loadtest-smoke-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        outs = {name: base / name for name in ("smoke-fairness", "smoke-mice")}
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, "-m", "loadtests", str(HERE / f"{name}.yaml"), "--out", str(out)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a hung run is stopped whole
+            )
+            for name, out in outs.items()
+        }
+        try:
+            for name, p in procs.items():
+                try:
+                    output, _ = p.communicate(timeout=90)
+                except subprocess.TimeoutExpired:
+                    _stop(p)
+                    output, _ = p.communicate()
+                    pytest.fail(f"{name} did not finish in 90 s:\n{output.decode()[-3000:]}")
+                assert p.returncode == 0, f"{name} failed:\n{output.decode()[-3000:]}"
+            yield outs
+        finally:
+            for p in procs.values():
+                _stop(p)
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    """SIGINT lets the runner stop its children; then the run's process group is killed."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def _report(out: Path) -> dict:  # type: ignore[type-arg]
