@@ -77,7 +77,11 @@ class Conn(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self.headers = []  # interim response (103 Early Hints, ...): wait for the final one
+            return
+        self.status = status
         if not self.headers_done.done():
             self.headers_done.set_result(None)
 
@@ -90,6 +94,8 @@ class Conn(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if not self.status:
+            return  # the end of an interim response
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
         self._wake()

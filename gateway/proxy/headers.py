@@ -26,8 +26,9 @@ HOP_BY_HOP = frozenset(
         b"proxy-connection",
     }
 )
-# Set by us, never copied from the client (X-Forwarded-For is extended instead).
-REPLACED = frozenset({b"host", b"x-forwarded-proto", b"x-forwarded-host"})
+# Set by us, never copied from the client (X-Forwarded-For is extended instead). ``Expect``
+# is answered by our own server; the upstream gets the body at once.
+REPLACED = frozenset({b"host", b"x-forwarded-proto", b"x-forwarded-host", b"expect"})
 FORWARD_USER = b"x-remote-user"
 FORWARD_GROUP = b"x-remote-group"
 FORWARD_EXTRA = b"x-remote-extra-"

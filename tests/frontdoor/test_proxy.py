@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -155,12 +159,6 @@ def test_h1_resends_when_a_kept_alive_connection_was_closed(
 ) -> None:
     """The upstream answers the first request on each connection and closes on the second,
     without a response: the race of an upstream's keep-alive timeout, made deterministic."""
-    import asyncio
-    import threading
-
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    port: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -169,6 +167,25 @@ def test_h1_resends_when_a_kept_alive_connection_was_closed(
         await reader.readuntil(b"\r\n\r\n")  # second request on this connection: hang up
         writer.close()
 
+    with raw_upstream(handle) as port:
+        gw = start_gateway({
+            "upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF,
+            "proxy": {"transport": "h1"},
+        })  # fmt: skip
+        try:
+            with httpx.Client(base_url=gw.url) as client:
+                codes = [client.get("/x").status_code for _ in range(3)]
+        finally:
+            gw.stop()
+    assert codes == [200, 200, 200]
+
+
+@contextlib.contextmanager
+def raw_upstream(handle: Any) -> Iterator[int]:
+    """A bare asyncio TCP server in a thread, for upstream behaviour no ASGI server produces."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    port: list[int] = []
     stop = loop.create_future()
 
     async def serve() -> None:
@@ -186,58 +203,38 @@ def test_h1_resends_when_a_kept_alive_connection_was_closed(
     thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
     thread.start()
     ready.wait(5)
-    gw = start_gateway({
-        "upstreams": [{"url": f"http://127.0.0.1:{port[0]}"}], **APF_OFF,
-        "proxy": {"transport": "h1"},
-    })  # fmt: skip
-    gateways.append(gw)
-    with httpx.Client(base_url=gw.url) as client:
-        codes = [client.get("/x").status_code for _ in range(3)]
-    gw.stop()
-    loop.call_soon_threadsafe(stop.set_result, None)
-    thread.join(5)
-    loop.close()
-    assert codes == [200, 200, 200]
-
-
-def test_body_delimited_by_connection_close_is_relayed(
-    gateways: list[ServerThread], transport: str
-) -> None:
-    import asyncio
-    import threading
-
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    port: list[int] = []
-    stop = loop.create_future()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhello, until EOF")
-        await writer.drain()
-        writer.close()
-
-    async def serve() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port.append(server.sockets[0].getsockname()[1])
-        ready.set()
-        await stop
-        server.close()
-        await server.wait_closed()
-
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
-    thread.start()
-    ready.wait(5)
-    gw = start_gateway({
-        "upstreams": [{"url": f"http://127.0.0.1:{port[0]}"}], **APF_OFF,
-        "proxy": {"transport": transport},
-    })  # fmt: skip
-    gateways.append(gw)
     try:
-        r = httpx.get(gw.url + "/x", timeout=5)
-        assert (r.status_code, r.text) == (200, "hello, until EOF")
+        yield port[0]
     finally:
-        gw.stop()
         loop.call_soon_threadsafe(stop.set_result, None)
         thread.join(5)
         loop.close()
+
+
+RAW_RESPONSES = {
+    "eof-delimited": b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhello, until EOF",
+    "interim-103": b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\ncontent-length: 16\r\n\r\nhello, until EOF",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RAW_RESPONSES))
+def test_unusual_upstream_responses(
+    gateways: list[ServerThread], transport: str, kind: str
+) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(RAW_RESPONSES[kind])
+        await writer.drain()
+        writer.close()
+
+    with raw_upstream(handle) as port:
+        gw = start_gateway({
+            "upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF,
+            "proxy": {"transport": transport},
+        })  # fmt: skip
+        try:
+            r = httpx.get(gw.url + "/x", timeout=5)
+        finally:
+            gw.stop()
+    assert (r.status_code, r.text) == (200, "hello, until EOF")
