@@ -59,10 +59,11 @@ class WorkEstimate:
     initial_seats: int = 1
     final_seats: int = 0
     additional_latency: float = 0.0
+    # Derived once: the queue set reads it several times per request.
+    max_seats: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def max_seats(self) -> int:
-        return max(self.initial_seats, self.final_seats, 1)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_seats", max(self.initial_seats, self.final_seats, 1))
 
 
 UNIT_WORK = WorkEstimate()

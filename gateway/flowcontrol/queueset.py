@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -318,7 +319,10 @@ class QueueSet:
             self.current_r,
             self.estimated_service,
         )
-        flow_stats.work_estimated_seats.observe(req.max_seats)
+        seats_hist = flow_stats.work_estimated_seats  # inlined Histogram.observe (hot path)
+        seats_hist.counts[bisect_left(seats_hist.buckets, req.max_seats)] += 1
+        seats_hist.sum += req.max_seats
+        seats_hist.count += 1
         if self.desired_num_queues < 1:
             if not self.can_accommodate(req.max_seats):
                 self._reject_now(req, "concurrency-limit")
@@ -398,7 +402,7 @@ class QueueSet:
         if hand is None:
             assert self.dealer is not None
             hand = self.dealer.deal(hash_value)
-            if len(self._hands) >= 8192:
+            if len(self._hands) >= 131072:  # ~100k flows stay dealt (about 20 MB)
                 self._hands.clear()
             self._hands[hash_value] = hand
         hand_size = len(hand)
@@ -563,7 +567,13 @@ class QueueSet:
         stats.dispatched += 1
         stats.executing_requests += 1
         stats.executing_seats += req.max_seats
-        self._note_demand()
+        demand = self.demand  # inlined _note_demand (hot path)
+        value = self.tot_seats_in_use + self.tot_seats_waiting
+        demand.value = value
+        if value > demand.max:
+            demand.max = value
+        elif value < demand.min:
+            demand.min = value
 
     # ------------------------------------------------------------------ cancellation
     def _time_out(self, req: Request) -> None:
@@ -618,18 +628,21 @@ class QueueSet:
             queue.next_dispatch_r -= seats_times_duration(
                 req.initial_seats, self.estimated_service - service
             )
-            self._bound_next_dispatch(queue)
-            if queue.is_empty():
+            if queue.n_waiting:
+                self._bound_next_dispatch(queue)
+                self._push(queue)
+            elif not queue.executing:
                 self.active_queues -= 1
-            self._push(queue)
         else:
             self.executing_sans_queue.discard(req)
         if req.additional_latency <= 0:
             self._release_seats(req)
         else:
             self.clock.call_later(req.additional_latency, lambda: self._release_later(req))
-        self.dispatch_as_much_as_possible()
-        return self.is_idle
+        if self.tot_requests_waiting:
+            self.dispatch_as_much_as_possible()
+            return False
+        return self.tot_requests_executing == 0
 
     def _release_later(self, req: Request) -> None:
         self.sync_time()
