@@ -126,3 +126,45 @@ def test_mice_survive_elephants_and_timeouts_are_expected(runs: dict[str, Path])
         "no mouse rejected (loaded)": True,
         "rejections with reason time-out in [1, inf]": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("locustfile", "expected"),
+    [
+        ("tenants.py", {"T_big", "T_mouse_1", "T_mouse_2", "T_admin", "T_writer", "T_lister"}),
+        ("openwhisk.py", {"T_big", "T_mouse_1", "T_mouse_2", "T_admin", "T_writer", "T_lister",
+                          "T_fn"}),
+    ],
+)  # fmt: skip
+def test_locustfiles_define_a_class_per_tenant(
+    tmp_path: Path, locustfile: str, expected: set[str]
+) -> None:
+    """Every tenant kind (the OpenWhisk one too, which the smoke runs do not reach) becomes a
+    User class; ``locust --list`` imports the locustfile in its own process."""
+    from loadtests import scenario
+
+    tenants = scenario.expand_tenants(
+        [
+            {"name": "big", "kind": "elephant", "users": 3},
+            {"name": "mouse", "count": 2, "kind": "mouse", "rate": 2},
+            {"name": "admin", "kind": "privileged"},
+            {"name": "writer", "kind": "writer"},
+            {"name": "lister", "kind": "wide"},
+            {"name": "fn", "kind": "openwhisk", "apiKey": "u:k"},
+        ]
+    )
+    (tmp_path / "tokens.csv").write_text(scenario.token_csv(tenants))
+    spec = {
+        "tenants": tenants, "tokenFile": str(tmp_path / "tokens.csv"),
+        "eventDir": str(tmp_path / "events"), "duration": 5, "serviceTime": 0.1,
+        "shape": {"type": "elephants-arrive", "at": 1},
+    }  # fmt: skip
+    (tmp_path / "run.json").write_text(json.dumps(spec))
+    env = dict(os.environ, PYTHONPATH=str(REPO), APF_LT_RUN=str(tmp_path / "run.json"))
+    out = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(REPO / "loadtests/locustfiles" / locustfile),
+         "--list"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    listed = {line.strip() for line in out.splitlines() if line.startswith("    ")}
+    assert listed == expected
