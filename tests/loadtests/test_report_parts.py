@@ -154,3 +154,14 @@ def test_cli_lists_scenarios_and_refuses_unknown_ones(capsys: pytest.CaptureFixt
         assert name in listed
     assert main(["loadtest", "no-such-scenario", "--out", "/nonexistent/x"]) == 2
     assert "no scenario 'no-such-scenario'" in capsys.readouterr().err
+
+
+def test_generator_bottleneck_verdict() -> None:
+    from loadtests.runner import generator_verdict
+
+    warning = "vm/WARNING/root: CPU usage above 90%! This may constrain your throughput"
+    assert generator_verdict(warning, 30.0) == (True, True)
+    workers = "CPU usage threshold was exceeded on workers during the test!"
+    assert generator_verdict(workers, 30.0) == (True, True)
+    assert generator_verdict("All users spawned", 95.0) == (False, True)
+    assert generator_verdict("All users spawned", 12.0) == (False, False)
