@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=int,
         default=1,
-        help="Locust processes (use 2+ when one Locust process is CPU-bound)",
+        help="Locust worker processes (2+ when one Locust process is CPU-bound; 1 = no workers)",
     )
     parser.add_argument("--quiet", action="store_true", help="print only errors")
 
