@@ -188,8 +188,16 @@ def raw_upstream(handle: Any) -> Iterator[int]:
     port: list[int] = []
     stop = loop.create_future()
 
+    async def handle_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handle(reader, writer)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
+
     async def serve() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(handle_and_close, "127.0.0.1", 0)
         port.append(server.sockets[0].getsockname()[1])
         ready.set()
         await stop
