@@ -93,19 +93,33 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_sigterm_drains_and_exits_zero(upstream: ServerThread, tmp_path: Path) -> None:
+def test_sighup_reloads_and_sigterm_drains_and_exits_zero(
+    upstream: ServerThread, tmp_path: Path
+) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    config = tmp_path / "flow.yaml"
+    config.write_text(CONFIG.read_text())
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(CONFIG), "--upstream",
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--upstream",
          upstream.url, "--listen", f"127.0.0.1:{port}", "--shutdown-grace-period", "10",
-         "--log-level", "warning"],
+         "--config-poll-interval", "0", "--log-level", "warning"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=log,
     )  # fmt: skip
     try:
         wait_until(lambda: _up(url), timeout=15)
         assert httpx.get(url + "/readyz").status_code == 200
+        # SIGHUP reloads (polling is off): the new share shows in the nominal limit.
+        before = nominal(url, "tiny-reject")
+        config.write_text(CONFIG.read_text().replace(
+            "nominalConcurrencyShares: 5\n    lendablePercent: 0\n    borrowingLimitPercent: 0\n"
+            "    limitResponse: {type: Reject}",
+            "nominalConcurrencyShares: 20\n    lendablePercent: 0\n    borrowingLimitPercent: 0\n"
+            "    limitResponse: {type: Reject}",
+        ))  # fmt: skip
+        proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: nominal(url, "tiny-reject") > before)
         with ThreadPoolExecutor(2) as pool:
             running = pool.submit(httpx.get, url + "/queue/hold/a", timeout=15)
             wait_until(lambda: "a" in holding(upstream))
