@@ -235,6 +235,14 @@ class ManagerCore:
         c.state, c.since = CState.REMOVING, self.clock.now()
         return c
 
+    def restore(self, cid: str) -> Container | None:
+        """A removal that did not happen (an eviction refused): warm and unowned again."""
+        c = self.containers.get(cid)
+        if c is None or c.state is not CState.REMOVING:
+            return None
+        self._unassign(c)
+        return c
+
     def removed(self, cid: str) -> None:
         c = self.containers.pop(cid, None)
         if c is not None:

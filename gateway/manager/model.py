@@ -31,6 +31,9 @@ class ActionSpec:
     timeout_ms: int = 60000
     instances: int = 30
     eviction: EvictionSafe = EvictionSafe.NEVER
+    image: str | None = None  # a runtime image speaking the action protocol (Kubernetes)
+    grace_seconds: int | None = None  # the action's grace period; None: the manager's default
+    pod_template: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def path(self) -> str:
@@ -41,7 +44,7 @@ class ActionSpec:
         return f"{self.path}@{self.version}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "name": self.name,
             "version": self.version,
@@ -52,6 +55,14 @@ class ActionSpec:
             "instances": self.instances,
             "eviction": self.eviction.value,
         }
+        for key, value in (
+            ("image", self.image),
+            ("terminationGracePeriodSeconds", self.grace_seconds),
+            ("podTemplate", self.pod_template),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ActionSpec:
@@ -65,7 +76,14 @@ class ActionSpec:
             timeout_ms=int(data.get("timeout", 60000)),
             instances=int(data.get("instances", 30)),
             eviction=EvictionSafe(data.get("eviction", "Never")),
+            image=str(data["image"]) if data.get("image") else None,
+            grace_seconds=_optional_int(data.get("terminationGracePeriodSeconds")),
+            pod_template=data["podTemplate"] if isinstance(data.get("podTemplate"), dict) else None,
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(slots=True)

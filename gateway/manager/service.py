@@ -3,6 +3,13 @@
 Container labels written to the backend: ``role`` (``action`` or ``stem``), ``kind``,
 ``memory`` and, for action containers, ``action`` (the ``ActionSpec`` as JSON); they are all
 a restarted manager needs to rebuild its view from ``backend.list()``.
+
+Removal paths: a container that holds no work (given back idle, failed, reclaimed, a ``Never``
+container drained once idle, an idle one evicted for space) is ``remove``d. A graceful stop of
+one that may be busy (``OnUpgrade``/``Always`` drains and evictions) is a voluntary disruption:
+it goes through the backend's ``evict`` when it has one, so the platform's disruption budgets
+apply; a refused eviction keeps the container (warm and unowned again) and is retried every
+``eviction_retry_seconds``, never forced.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ from typing import Any
 
 import aiohttp
 
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.flowcontrol.clock import AsyncioEventClock, EventClock
 from gateway.manager.backends.base import (
     Backend,
     BackendError,
     ContainerHandle,
     ContainerSpec,
     Status,
+    can_evict,
 )
 from gateway.manager.core import ActionSpec, Container, CState, Grant, ManagerCore, ManagerSettings
 from gateway.manager.policy import Disruption, Reason
@@ -44,6 +52,7 @@ class ServiceSettings:
     # a stem cell taken is replaced after this delay, so that starting the replacement (a
     # process start, CPU-heavy) does not compete with the /init and /run it was taken for
     backfill_delay_seconds: float = 0.25
+    eviction_retry_seconds: float = 5.0  # a refused eviction is tried again after this
 
 
 class AcquireRejected(Exception):
@@ -53,15 +62,18 @@ class AcquireRejected(Exception):
 
 
 class ManagerService:
-    def __init__(self, backend: Backend, settings: ServiceSettings) -> None:
+    def __init__(
+        self, backend: Backend, settings: ServiceSettings, clock: EventClock | None = None
+    ) -> None:
         self.backend = backend
         self.settings = settings
-        self.core = ManagerCore(AsyncioEventClock(), settings.core, self._on_reclaim)
+        self.core = ManagerCore(clock or AsyncioEventClock(), settings.core, self._on_reclaim)
         self.handles: dict[str, ContainerHandle] = {}
         self.stems: dict[str, list[ContainerHandle]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._http: aiohttp.ClientSession | None = None
         self._backfilling: set[str] = set()
+        self._retrying: set[str] = set()  # containers whose refused eviction will be retried
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -142,11 +154,21 @@ class ManagerService:
             "memory": str(c.action.memory_mb),
             "action": json.dumps(c.action.to_json()),
         }
+        a = c.action
         try:
             handle = await self._take_stem(c, labels)
             if handle is None:
                 spec = ContainerSpec(
-                    c.id, c.action.kind, c.action.memory_mb, c.action.concurrency, labels
+                    c.id,
+                    a.kind,
+                    a.memory_mb,
+                    a.concurrency,
+                    labels,
+                    image=a.image,
+                    grace_seconds=a.grace_seconds,
+                    eviction=a.eviction,
+                    pod_template=a.pod_template,
+                    router=c.owner,
                 )
                 handle = await self.backend.create(spec)
         except BackendError as exc:
@@ -161,8 +183,9 @@ class ManagerService:
 
     async def _take_stem(self, c: Container, labels: dict[str, str]) -> ContainerHandle | None:
         stems = self.stems.get(c.action.kind)
-        if not stems or c.action.memory_mb != STEM_MEMORY_MB:
-            return None
+        a = c.action
+        if not stems or a.memory_mb != STEM_MEMORY_MB or a.image or a.pod_template:
+            return None  # a stem cell runs our image with the default pod
         stem = stems.pop(0)
         self._spawn(self._backfill(c.action.kind, self.settings.backfill_delay_seconds))
         if await self.backend.status(stem) is not Status.RUNNING:  # died while waiting
@@ -203,7 +226,7 @@ class ManagerService:
             if self.core.begin_removal(c.id) is None:
                 continue
             log.info("evicting idle %s (%s) to make space", c.id, c.action.key)
-            self._spawn(self._remove(c.id, self.settings.grace_seconds))
+            self._spawn(self._remove(c.id, self._grace(c)))
             return True
         return False
 
@@ -213,18 +236,22 @@ class ManagerService:
         if c is None or c.owner != router_id:
             return False
         self.core.begin_removal(cid)
-        grace = (
-            0.0 if reason in ("timeout", "failed", "init-failed") else self.settings.grace_seconds
-        )
+        grace = 0.0 if reason in ("timeout", "failed", "init-failed") else self._grace(c)
         self._spawn(self._remove(cid, grace))
         return True
+
+    def _grace(self, c: Container) -> float:
+        """The action's grace period, else the manager's."""
+        if c.action.grace_seconds is not None:
+            return float(c.action.grace_seconds)
+        return self.settings.grace_seconds
 
     async def disrupt(self, cid: str, reason: Reason) -> tuple[Disruption, str | None]:
         """The policy's decision, and why the container was kept despite it (or None)."""
         decision = self.core.disruption(cid, reason)
         kept = None
         if decision is not Disruption.REFUSE:
-            kept = await self._disrupt(self.core.containers[cid], decision)
+            kept = await self._disrupt(self.core.containers[cid], decision, reason)
         return decision, kept
 
     async def drain(
@@ -233,15 +260,17 @@ class ManagerService:
         """Upgrade-style drain: (decision per container, why some were kept)."""
         chosen = self.core.select(namespace, action)
         decisions = {c.id: self.core.disruption(c.id, Reason.UPGRADE) for c in chosen}
-        kept = await asyncio.gather(*(self._disrupt(c, decisions[c.id]) for c in chosen))
+        kept = await asyncio.gather(
+            *(self._disrupt(c, decisions[c.id], Reason.UPGRADE) for c in chosen)
+        )
         return (
             {cid: d.value for cid, d in decisions.items()},
             {c.id: why for c, why in zip(chosen, kept, strict=True) if why is not None},
         )
 
-    async def _disrupt(self, c: Container, decision: Disruption) -> str | None:
+    async def _disrupt(self, c: Container, decision: Disruption, reason: Reason) -> str | None:
         """Remove ``c`` as ``decision`` says; the reason it was kept instead, if it was."""
-        grace = self.settings.grace_seconds
+        grace = self._grace(c)
         when_idle = decision is Disruption.WHEN_IDLE
         if when_idle and c.state is CState.QUARANTINED:
             # its last owner may still be running an activation in it: never while busy
@@ -251,9 +280,46 @@ class ManagerService:
             answered = await self._ask_give_back(url, c.id, False, None if when_idle else grace)
             if when_idle and not answered:
                 return "its owner did not confirm it is idle; drain again later"
-        if self.core.begin_removal(c.id) is not None:
-            await self._remove(c.id, grace)
-        return None
+        if self.core.begin_removal(c.id) is None:
+            return None
+        if when_idle or not can_evict(self.backend):
+            await self._remove(c.id, grace)  # idle: removing it disrupts nothing
+            return None
+        return await self._evict(c, grace, reason)
+
+    async def _evict(self, c: Container, grace: float, reason: Reason) -> str | None:
+        """A graceful stop through the backend's eviction; kept (and retried) if refused."""
+        assert can_evict(self.backend)
+        handle = self.handles.get(c.id)
+        if handle is None:
+            self.core.removed(c.id)
+            return None
+        try:
+            gone = await self.backend.evict(handle, grace=grace)
+            why = "the platform refused the eviction (a disruption budget)"
+        except BackendError as exc:
+            gone, why = False, f"the eviction failed: {exc}"
+        if gone:
+            self.handles.pop(c.id, None)
+            self.core.removed(c.id)
+            return None
+        self.core.restore(c.id)
+        self._retry_eviction(c.id, reason)
+        log.info("%s kept: %s", c.id, why)
+        return f"{why}; kept, retried in {self.settings.eviction_retry_seconds:g} s"
+
+    def _retry_eviction(self, cid: str, reason: Reason) -> None:
+        if cid in self._retrying:
+            return
+        self._retrying.add(cid)
+
+        def retry() -> None:
+            self._retrying.discard(cid)
+            c = self.core.containers.get(cid)
+            if c is not None and c.state is not CState.REMOVING:
+                self._spawn(self.disrupt(cid, reason))
+
+        self.core.clock.call_later(self.settings.eviction_retry_seconds, retry)
 
     async def _ask_give_back(
         self, router_url: str, cid: str, only_if_idle: bool, wait: float | None
@@ -278,7 +344,7 @@ class ManagerService:
             self.core.removed(cid)
 
     def _on_reclaim(self, c: Container) -> None:
-        self._spawn(self._remove(c.id, self.settings.grace_seconds))
+        self._spawn(self._remove(c.id, self._grace(c)))
 
     async def wait_idle(self) -> None:
         """Wait for background removals (tests and shutdown)."""

@@ -7,7 +7,8 @@ Stored documents are plain JSON dicts in OpenWhisk's shape (so the store stays s
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.platform.errors import ApiError
@@ -30,6 +31,14 @@ LIMIT_RANGES: dict[str, tuple[int, int]] = {
 }
 SUPPORTED_KIND_PREFIXES = ("python:3",)
 MAX_CODE_BYTES = 48 * 1024 * 1024
+MAX_GRACE_SECONDS = 3600
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.IGNORECASE)
+# what an action's pod template may set (the Kubernetes backend merges it over the operator's)
+_TEMPLATE_KEYS = {
+    "metadata": {"labels", "annotations"},
+    "spec": {"nodeSelector", "tolerations", "priorityClassName"},
+}
 
 
 class EvictionSafe(enum.StrEnum):
@@ -57,6 +66,9 @@ class ActionInfo:
     instances: int
     eviction: EvictionSafe
     annotations: tuple[tuple[str, Any], ...] = ()
+    image: str | None = None  # exec.image: a runtime image (Kubernetes backend only)
+    grace_seconds: int | None = None  # eviction.terminationGracePeriodSeconds
+    pod_template: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -79,6 +91,8 @@ class ActionInfo:
     def from_doc(cls, doc: dict[str, Any]) -> ActionInfo:
         exec_ = doc["exec"]
         limits = {**DEFAULT_LIMITS, **doc.get("limits", {})}
+        eviction = doc.get("eviction", {})
+        grace = eviction.get("terminationGracePeriodSeconds")
         return cls(
             namespace=doc["namespace"],
             name=doc["name"],
@@ -93,8 +107,11 @@ class ActionInfo:
             logs_mb=int(limits["logs"]),
             concurrency=int(limits["concurrency"]),
             instances=int(limits["instances"]),
-            eviction=EvictionSafe(doc.get("eviction", {}).get("safe", EvictionSafe.NEVER)),
+            eviction=EvictionSafe(eviction.get("safe", EvictionSafe.NEVER)),
             annotations=tuple((a["key"], a.get("value")) for a in doc.get("annotations", [])),
+            image=exec_.get("image") or None,
+            grace_seconds=int(grace) if grace is not None else None,
+            pod_template=doc.get("podTemplate") or None,
         )
 
 
@@ -131,24 +148,93 @@ def validate_put(namespace: str, name: str, body: Any) -> dict[str, Any]:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise ApiError(400, f"limits.{key} must be an integer in [{low}, {high}].")
         limits[key] = value
-    eviction = body.get("eviction") or {}
-    raw = eviction.get("safe", "Never") if isinstance(eviction, dict) else None
-    try:
-        safe = EvictionSafe(str(raw))
-    except ValueError:
-        allowed = ", ".join(e.value for e in EvictionSafe)
-        raise ApiError(400, f"eviction.safe must be one of {allowed}.") from None
-    return {
+    stored_exec: dict[str, Any] = {"kind": kind, "code": code, "main": main, "binary": False}
+    image = exec_.get("image")
+    if image is not None:
+        if not isinstance(image, str) or not _IMAGE.match(image):
+            raise ApiError(400, "exec.image must be a container image reference.")
+        stored_exec["image"] = image
+    template = _pod_template(body.get("podTemplate"))
+    doc: dict[str, Any] = {
         "namespace": namespace,
         "name": name,
         "version": "0.0.1",
         "publish": bool(body.get("publish", False)),
-        "exec": {"kind": kind, "code": code, "main": main, "binary": False},
+        "exec": stored_exec,
         "parameters": _key_values(body.get("parameters"), "parameters"),
         "annotations": _key_values(body.get("annotations"), "annotations"),
         "limits": limits,
-        "eviction": {"safe": safe.value},
+        "eviction": _eviction(body.get("eviction"), template),
     }
+    if template:
+        doc["podTemplate"] = template
+    return doc
+
+
+def _eviction(value: Any, template: dict[str, Any] | None) -> dict[str, Any]:
+    eviction = value or {}
+    if not isinstance(eviction, dict):
+        raise ApiError(400, "The request content was malformed: 'eviction' must be an object.")
+    unknown = set(eviction) - {"safe", "terminationGracePeriodSeconds"}
+    if unknown:
+        raise ApiError(400, f"Unknown eviction field(s): {', '.join(sorted(unknown))}.")
+    try:
+        safe = EvictionSafe(str(eviction.get("safe", "Never")))
+    except ValueError:
+        allowed = ", ".join(e.value for e in EvictionSafe)
+        raise ApiError(400, f"eviction.safe must be one of {allowed}.") from None
+    annotations = ((template or {}).get("metadata") or {}).get("annotations") or {}
+    if annotations.get(SAFE_TO_EVICT_ANNOTATION) == "true":
+        safe = EvictionSafe.ALWAYS  # Agones: a template that says safe-to-evict means Always
+    out: dict[str, Any] = {"safe": safe.value}
+    grace = eviction.get("terminationGracePeriodSeconds")
+    if grace is not None:
+        if (
+            not isinstance(grace, int)
+            or isinstance(grace, bool)
+            or not 0 <= grace <= MAX_GRACE_SECONDS
+        ):
+            raise ApiError(
+                400,
+                "eviction.terminationGracePeriodSeconds must be an integer in "
+                f"[0, {MAX_GRACE_SECONDS}].",
+            )
+        out["terminationGracePeriodSeconds"] = grace
+    return out
+
+
+def _pod_template(value: Any) -> dict[str, Any] | None:
+    """The few pod fields an action may set: labels, annotations, node placement."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ApiError(400, "podTemplate must be an object.")
+    for part, allowed in _TEMPLATE_KEYS.items():
+        given = value.get(part) or {}
+        if not isinstance(given, dict) or set(given) - allowed:
+            raise ApiError(400, f"podTemplate.{part} may only set {', '.join(sorted(allowed))}.")
+    extra = set(value) - set(_TEMPLATE_KEYS)
+    if extra:
+        raise ApiError(400, f"podTemplate may only set metadata and spec, not {sorted(extra)}.")
+    meta, spec = value.get("metadata") or {}, value.get("spec") or {}
+    for where, mapping in (
+        ("metadata.labels", meta.get("labels")),
+        ("metadata.annotations", meta.get("annotations")),
+        ("spec.nodeSelector", spec.get("nodeSelector")),
+    ):
+        if mapping is not None and not (
+            isinstance(mapping, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
+        ):
+            raise ApiError(400, f"podTemplate.{where} must map strings to strings.")
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and not (
+        isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
+    ):
+        raise ApiError(400, "podTemplate.spec.tolerations must be a list of objects.")
+    if not isinstance(spec.get("priorityClassName", ""), str):
+        raise ApiError(400, "podTemplate.spec.priorityClassName must be a string.")
+    return {k: v for k, v in value.items() if v}
 
 
 def _key_values(value: Any, field: str) -> list[dict[str, Any]]:

@@ -67,6 +67,9 @@ def spec_of(action: ActionInfo) -> ActionSpec:
         timeout_ms=action.timeout_ms,
         instances=action.instances,
         eviction=action.eviction,
+        image=action.image,
+        grace_seconds=action.grace_seconds,
+        pod_template=action.pod_template,
     )
 
 

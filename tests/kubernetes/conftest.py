@@ -59,7 +59,6 @@ async def make_backend(api_url: str) -> AsyncIterator[BackendFactory]:
             "server": api_url,
             "namespace": NS,
             "owner_deployment": "apf-gateway-manager",
-            "eviction_retry_seconds": 0.01,
             "start_timeout": 5.0,
             **options,
         }

@@ -33,7 +33,7 @@ def action_spec(
         "memory": "256",
         "action": json.dumps(action.to_json()),
     }
-    return ContainerSpec(cid, action.kind, 256, concurrency, labels)
+    return ContainerSpec(cid, action.kind, 256, concurrency, labels, eviction=safe)
 
 
 async def until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -331,36 +331,28 @@ async def test_pause_and_resume_are_noops_and_agent_is_empty(
         await backend.pause(handle)
 
 
-async def test_eviction_honours_the_pdb_and_retries_429_without_forcing(
+async def test_eviction_honours_the_pdb_and_never_forces(
     cluster: FakeCluster, make_backend: BackendFactory
 ) -> None:
     backend = await make_backend()
     never = await backend.create(action_spec("c-000000000016", EvictionSafe.NEVER))
     always = await backend.create(action_spec("c-000000000017", EvictionSafe.ALWAYS))
-    assert await backend.evict(never, attempts=3) is False
-    evictions = [c for c in cluster.calls if c.path.endswith("/eviction")]
-    assert [c.status for c in evictions] == [429, 429, 429]
-    assert evictions[0].path == f"/api/v1/namespaces/{NS}/pods/c-000000000016/eviction"
-    assert evictions[0].body == {
+    assert await backend.evict(never, grace=2.5) is False  # the PDB: one call, no retry here
+    (eviction,) = [c for c in cluster.calls if c.path.endswith("/eviction")]
+    assert (eviction.method, eviction.status) == ("POST", 429)
+    assert eviction.path == f"/api/v1/namespaces/{NS}/pods/c-000000000016/eviction"
+    assert eviction.body == {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": "c-000000000016", "namespace": NS},
+        "deleteOptions": {"kind": "DeleteOptions", "gracePeriodSeconds": 3},
     }
     assert cluster.pod("c-000000000016") is not None
     assert not [c for c in cluster.calls if c.method == "DELETE"]  # never forced
 
-    assert await backend.evict(always) is True
+    assert await backend.evict(always, grace=1) is True
     assert cluster.pod("c-000000000017") is None
-
-    # A refused eviction is retried until the budget allows it (here: the pod is relabelled).
-    task = asyncio.ensure_future(backend.evict(never))
-    await until(lambda: len([c for c in cluster.calls if c.path.endswith("/eviction")]) >= 6)
-    assert not task.done()
-    pod = cluster.pod("c-000000000016")
-    assert pod is not None
-    pod["metadata"]["labels"][SAFE_LABEL] = "true"
-    assert await asyncio.wait_for(task, 5) is True
-    assert cluster.pod("c-000000000016") is None
+    assert await backend.evict(always, grace=1) is True  # gone: nothing to refuse
 
 
 async def test_registry_loads_the_backend_lazily(api_url: str) -> None:
@@ -372,19 +364,75 @@ async def test_registry_loads_the_backend_lazily(api_url: str) -> None:
         await backend.close()
 
 
-async def test_action_level_image_and_grace(
-    cluster: FakeCluster, make_backend: BackendFactory
+@pytest.mark.parametrize(
+    ("safe", "annotation", "label"),
+    [
+        (EvictionSafe.NEVER, "false", "false"),
+        (EvictionSafe.ON_UPGRADE, "false", "true"),
+        (EvictionSafe.ALWAYS, "true", "true"),
+    ],
+)
+async def test_the_action_spec_fields_shape_the_pod(
+    cluster: FakeCluster,
+    make_backend: BackendFactory,
+    safe: EvictionSafe,
+    annotation: str,
+    label: str,
 ) -> None:
-    """Keys the manager may add to the action label: an OpenWhisk image and the grace period."""
-    spec = action_spec("c-000000000018")
-    action = json.loads(spec.labels["action"])
-    action |= {"image": "openwhisk/action-python-v3.12", "terminationGracePeriodSeconds": 600}
-    spec = ContainerSpec(spec.id, spec.kind, 256, 1, {**spec.labels, "action": json.dumps(action)})
-    backend = await make_backend()
+    """Image, memory, grace, policy, the action's pod template and the router reach the pod
+    (validated against the Kubernetes schemas by the fixture)."""
+    backend = await make_backend(
+        pod_template={"metadata": {"labels": {"team": "ops"}}, "spec": {"priorityClassName": "x"}}
+    )
+    base = action_spec("c-000000000018", safe)
+    template = {
+        "metadata": {"labels": {"tier": "batch"}, "annotations": {"note": "mine"}},
+        "spec": {"nodeSelector": {"pool": "actions"}, "priorityClassName": "actions"},
+    }
+    spec = ContainerSpec(
+        base.id,
+        base.kind,
+        1024,
+        1,
+        base.labels,
+        image="openwhisk/action-python-v3.12",
+        grace_seconds=600,
+        eviction=safe,
+        pod_template=template,
+        router="router-7",
+    )
     await backend.create(spec)
     pod = cluster.pod("c-000000000018")
     assert pod is not None
+    meta = pod["metadata"]
+    assert meta["labels"][SAFE_LABEL] == label
+    assert meta["annotations"][CA_ANNOTATION] == annotation
+    assert meta["annotations"]["apf-gateway.dev/eviction-safe"] == safe.value
+    assert meta["labels"]["apf-gateway.dev/router"] == "router-7"
+    assert meta["labels"]["team"] == "ops" and meta["labels"]["tier"] == "batch"
+    assert meta["annotations"]["note"] == "mine"
     assert pod["spec"]["terminationGracePeriodSeconds"] == 600
+    assert pod["spec"]["nodeSelector"] == {"pool": "actions"}
+    assert pod["spec"]["priorityClassName"] == "actions"  # the action's over the operator's
     (container,) = pod["spec"]["containers"]
     assert container["image"] == "openwhisk/action-python-v3.12"
     assert "command" not in container
+    assert container["resources"] == {
+        "requests": {"cpu": "1000m", "memory": "1024Mi"},
+        "limits": {"cpu": "1000m", "memory": "1024Mi"},
+    }
+
+
+async def test_a_stem_cell_is_always_evictable_until_bound(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    backend = await make_backend()
+    stem = await backend.create(
+        ContainerSpec("c-000000000019", "python:3.11", 256, None, {"role": "stem"})
+    )
+    assert cluster.pod("c-000000000019")["metadata"]["labels"][SAFE_LABEL] == "true"  # type: ignore[index]
+    await backend.relabel(stem, action_spec("c-000000000019", EvictionSafe.NEVER).labels)
+    meta = cluster.pod("c-000000000019")["metadata"]  # type: ignore[index]
+    assert meta["labels"][SAFE_LABEL] == "false"  # now protected by the PDB
+    assert meta["annotations"][CA_ANNOTATION] == "false"
+    assert await backend.evict(stem, grace=1) is False

@@ -63,3 +63,45 @@ async def test_list_during_a_create_leaves_that_pod_alone(
     await cluster.make_ready("c-000000000201", NS)
     handle = await task
     assert [h.id for h in await backend.list()] == [handle.id]
+
+
+async def test_upgrade_drain_uses_the_eviction_api_and_retries_what_the_pdb_refuses(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    """An OnUpgrade action whose pod template keeps the PDB's label: the drain's eviction is
+    refused (429), the pod is kept (no DELETE) and evicted on a retry once the budget allows."""
+    from gateway.manager.backends.k8s.eviction import SAFE_LABEL
+    from gateway.testing import FakeEventClock
+
+    clock = FakeEventClock()
+    service = ManagerService(
+        await make_backend(),
+        ServiceSettings(remove_on_exit=False, eviction_retry_seconds=5.0),
+        clock=clock,
+    )
+    await service.start()
+    try:
+        service.core.register("router-1", "http://127.0.0.1:9")
+        template = {"metadata": {"labels": {SAFE_LABEL: "false"}}}
+        action = ActionSpec("guest", "job", "0.0.1", "python:3.11",
+                            eviction=EvictionSafe.ON_UPGRADE, pod_template=template)  # fmt: skip
+        grant = await service.acquire("router-1", action, count=1, known=[], allow_proxy=False)
+        cid = grant.assigned[0].id
+        service.core.deregister("router-1")
+        decisions, kept = await service.drain(None, None)
+        assert decisions == {cid: "graceful-stop"}
+        assert "refused the eviction" in kept[cid]
+        evictions = [c for c in cluster.calls if c.path.endswith(f"/pods/{cid}/eviction")]
+        assert [c.status for c in evictions] == [429]
+        assert cluster.pod(cid, NS) is not None
+        assert service.core.containers[cid].state is CState.UNASSIGNED
+
+        cluster.pod(cid, NS)["metadata"]["labels"][SAFE_LABEL] = "true"  # type: ignore[index]
+        clock.advance(5.0)
+        await service.wait_idle()
+        evictions = [c for c in cluster.calls if c.path.endswith(f"/pods/{cid}/eviction")]
+        assert [c.status for c in evictions] == [429, 201]
+        assert cluster.pod(cid, NS) is None and cid not in service.core.containers
+        assert not [c for c in cluster.calls if c.method == "DELETE"]  # never forced
+    finally:
+        await service.stop()

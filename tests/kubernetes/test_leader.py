@@ -202,7 +202,7 @@ async def test_the_role_grants_exactly_what_the_code_calls(
     handle = await backend.create(action_spec("c-000000000100", EvictionSafe.ALWAYS))
     handle = await backend.relabel(handle, dict(handle.labels))
     other = await backend.create(action_spec("c-000000000101"))
-    await backend.evict(handle)
+    await backend.evict(handle, grace=1)
     await backend.remove(other, 1)
     clock = FakeEventClock()
     store = KubeLeaseStore(backend.api, "apf-gateway-manager")

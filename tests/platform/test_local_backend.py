@@ -65,3 +65,21 @@ async def test_runtime_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="exited"):
         await backend.create(ContainerSpec("c-bad", "python:3"))
     assert list((tmp_path / "containers").iterdir()) == []
+
+
+async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
+    tmp_path: Path,
+) -> None:
+    """Locally nothing refuses an eviction: SIGTERM, the runtime finishes its run, exits."""
+    import asyncio
+
+    backend = LocalProcessBackend(tmp_path)
+    handle = await backend.create(ContainerSpec("c-evict", "python:3", 128, 1))
+    code = "import time\ndef main(a):\n    time.sleep(0.5)\n    return {'ok': 1}\n"
+    assert post(handle.url + "/init", {"value": {"code": code}})[0] == 200
+    run = asyncio.ensure_future(asyncio.to_thread(post, handle.url + "/run", {"value": {}}))
+    await asyncio.sleep(0.2)
+    assert await backend.evict(handle, grace=5.0) is True
+    assert (await backend.status(handle)) is Status.GONE
+    assert await run == (200, {"ok": 1})
+    await backend.close()

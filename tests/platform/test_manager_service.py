@@ -104,3 +104,59 @@ async def test_backend_failure_is_a_503_and_frees_the_quota() -> None:
             assert exc.value.status == 503
     finally:
         await service.stop()
+
+
+class BudgetBackend(MemoryBackend):
+    """With the optional ``evict``: refused while ``budget`` is 0 (a disruption budget)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget = 0
+        self.evictions: list[tuple[str, bool]] = []
+
+    async def evict(self, handle: ContainerHandle, *, grace: float) -> bool:
+        allowed = self.budget > 0
+        self.evictions.append((handle.id, allowed))
+        if allowed:
+            self.budget -= 1
+            del self.live[handle.id]
+        return allowed
+
+
+async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried() -> None:
+    from gateway.testing import FakeEventClock
+
+    backend, clock = BudgetBackend(), FakeEventClock()
+    service = ManagerService(
+        backend,
+        ServiceSettings(remove_on_exit=False, eviction_retry_seconds=5.0),
+        clock=clock,
+    )
+    await service.start()
+    try:
+        service.core.register("r1", "http://127.0.0.1:9")
+        made = {}
+        for safe in (EvictionSafe.NEVER, EvictionSafe.ON_UPGRADE):
+            spec = ActionSpec("guest", safe.value, "0.0.1", "python:3", eviction=safe)
+            grant = await service.acquire("r1", spec, count=1, known=[], allow_proxy=False)
+            made[safe] = grant.assigned[0].id
+        service.core.deregister("r1")  # both unowned: nobody to ask for them back
+        never, upgrade = made[EvictionSafe.NEVER], made[EvictionSafe.ON_UPGRADE]
+
+        decisions, kept = await service.drain(None, None)
+        assert decisions == {never: "when-idle", upgrade: "graceful-stop"}
+        assert backend.removed == [never]  # idle: a plain removal, no eviction
+        assert backend.evictions == [(upgrade, False)]  # refused: not forced
+        assert set(kept) == {upgrade} and "refused the eviction" in kept[upgrade]
+        assert service.core.containers[upgrade].state.value == "unassigned"  # still usable
+
+        clock.advance(5.0)  # the retry: refused again
+        await service.wait_idle()
+        assert backend.evictions[-1] == (upgrade, False) and upgrade in backend.live
+        backend.budget = 1
+        clock.advance(5.0)
+        await service.wait_idle()
+        assert backend.evictions[-1] == (upgrade, True)
+        assert upgrade not in service.core.containers and backend.removed == [never]
+    finally:
+        await service.stop()

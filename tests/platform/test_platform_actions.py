@@ -41,6 +41,12 @@ def test_defaults_and_typed_view() -> None:
         ({"exec": CODE, "limits": {"cpu": 1}}, "Unknown limit 'cpu'"),
         ({"exec": CODE, "eviction": {"safe": "Sometimes"}}, "eviction.safe must be one of"),
         ({"exec": CODE, "parameters": {"k": 1}}, "'parameters' must be a list"),
+        ({"exec": {**CODE, "image": "no spaces"}}, "exec.image must be"),
+        ({"exec": CODE, "eviction": {"terminationGracePeriodSeconds": -1}}, "[0, 3600]"),
+        ({"exec": CODE, "eviction": {"grace": 1}}, "Unknown eviction field(s): grace"),
+        ({"exec": CODE, "podTemplate": {"spec": {"volumes": []}}}, "podTemplate.spec may only"),
+        ({"exec": CODE, "podTemplate": {"status": {}}}, "not ['status']"),
+        ({"exec": CODE, "podTemplate": {"metadata": {"labels": {"a": 1}}}}, "map strings"),
     ],
 )
 def test_bad_documents_are_400_with_a_reason(body: Any, message: str) -> None:
@@ -58,3 +64,35 @@ def test_activation_ids() -> None:
     aid = new_activation_id()
     assert is_activation_id(aid) and len(aid) == 32
     assert not is_activation_id(aid.upper()) and not is_activation_id(aid[:-1])
+
+
+def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
+    """exec.image, the grace period and the pod template reach the manager's ActionSpec (and
+    survive its JSON, the container label a restarted manager reads)."""
+    from gateway.manager.model import ActionSpec
+    from gateway.router.invoker import spec_of
+
+    template = {
+        "metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},
+        "spec": {"nodeSelector": {"pool": "actions"}},
+    }
+    body = {
+        "exec": {**CODE, "image": "openwhisk/action-python-v3.11:1.0"},
+        "eviction": {"safe": "Never", "terminationGracePeriodSeconds": 120},
+        "podTemplate": template,
+    }
+    doc = validate_put("guest", "a", body)
+    # Agones: a template saying safe-to-evict "true" makes the policy Always
+    assert doc["eviction"] == {"safe": "Always", "terminationGracePeriodSeconds": 120}
+    spec = spec_of(ActionInfo.from_doc(doc))
+    assert (spec.image, spec.grace_seconds, spec.pod_template) == (
+        "openwhisk/action-python-v3.11:1.0",
+        120,
+        template,
+    )
+    assert spec.eviction is EvictionSafe.ALWAYS
+    again = ActionSpec.from_json(spec.to_json())
+    assert again == spec and again.pod_template == template
+    plain = spec_of(ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})))
+    assert set(plain.to_json()) == {"namespace", "name", "version", "kind", "memory",
+                                    "concurrency", "timeout", "instances", "eviction"}  # fmt: skip

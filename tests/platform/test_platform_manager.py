@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
+import json
 from pathlib import Path
 
 import httpx
@@ -47,33 +46,42 @@ async def test_manager_restart_keeps_warm_traffic(
     assert resp.status_code == 200 and annotation(resp.json(), "container") == cid
 
 
-@pytest.mark.parametrize(
-    ("safe", "completes"), [("Never", True), ("OnUpgrade", False), ("Always", False)]
-)
 async def test_drain_per_eviction_policy(
-    platform: Platform, client: httpx.AsyncClient, safe: str, completes: bool
+    platform: Platform, client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Never: the drain waits for the busy activation; OnUpgrade/Always: SIGTERM after the
-    grace period (1 s here), so a 2.5 s activation is cut short."""
+    """One upgrade drain (`apf-gateway manager drain`) over four busy containers. Never: the
+    drain waits for the activation. OnUpgrade/Always: routing stops, the run gets the grace
+    period (the manager's 1 s), then SIGTERM and SIGKILL after the grace: a 6 s run is cut
+    short. An action's own grace period (3 s) lets its 1.5 s run finish."""
     platform.start_manager()
     r = platform.start_router("r1")
-    await put_action(client, r, "job", SLOW, eviction={"safe": safe})
-    await invoke(client, r, "job", {"sleep": 0})
-    running = asyncio.ensure_future(invoke(client, r, "job", {"sleep": 2.5}))
+    cases = {  # name: (eviction, sleep, completes)
+        "never": ({"safe": "Never"}, 1.0, True),
+        "upgrade": ({"safe": "OnUpgrade"}, 6.0, False),
+        "always": ({"safe": "Always"}, 6.0, False),
+        "graced": ({"safe": "OnUpgrade", "terminationGracePeriodSeconds": 3}, 1.5, True),
+    }
+    for name, (eviction, _, _) in cases.items():
+        await put_action(client, r, name, SLOW, eviction=eviction)
+    await asyncio.gather(*(invoke(client, r, name, {"sleep": 0}) for name in cases))
+    running = {
+        name: asyncio.ensure_future(invoke(client, r, name, {"sleep": sleep}))
+        for name, (_, sleep, _) in cases.items()
+    }
     await asyncio.sleep(0.3)
     assert platform.manager is not None
-    drain = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "gateway", "manager", "drain", "--manager", platform.manager.url],
-        capture_output=True,
-        text=True,
-        check=False,
+    from gateway.cli.main import main
+
+    argv = ["manager", "drain", "--manager", platform.manager.url]
+    assert await asyncio.to_thread(main, argv) == 0
+    drained = json.loads(capsys.readouterr().out)
+    assert drained["kept"] == {}
+    assert sorted(drained["drained"].values()) == sorted(
+        ["when-idle", "graceful-stop", "graceful-stop", "graceful-stop"]
     )
-    assert drain.returncode == 0, drain.stderr
-    expected = "when-idle" if safe == "Never" else "graceful-stop"
-    assert expected in drain.stdout
-    resp = await running
-    assert (resp.status_code == 200) is completes, resp.text
+    for name, (_, _, completes) in cases.items():
+        resp = await running[name]
+        assert (resp.status_code == 200) is completes, (name, resp.text)
     assert await manager_containers(client, platform) == []
 
 

@@ -4,8 +4,9 @@
   Ready with an IP (``http://<podIP>:<port>``); a pod that fails (image pull, crash, Failed
   phase) or is not ready within ``start_timeout`` is deleted and ``BackendError`` raised.
 - ``remove`` DELETEs with ``gracePeriodSeconds`` (at least 1: the kubelet still confirms the
-  kill) and waits for the pod to disappear from the watch. ``evict`` uses the Eviction API so
-  PodDisruptionBudgets apply: a 429 is retried every ``eviction_retry_seconds``, never forced.
+  kill) and waits for the pod to disappear from the watch. ``evict`` POSTs an Eviction (same
+  grace in its ``deleteOptions``) so PodDisruptionBudgets apply: a 429 returns False and
+  leaves the pod alone (the manager retries later), it is never turned into a DELETE.
 - Pause/resume have no Kubernetes equivalent: they are no-ops (the pod stays warm and keeps its
   CPU request) and ``agent()`` is empty, so routers never try to pause (nor read log files).
 - ``list`` after a manager restart returns the ready pods carrying this manager's labels and
@@ -40,6 +41,7 @@ from gateway.manager.backends.k8s.podspec import (
     LABELS_ANNOTATION,
     Owner,
     derived_labels,
+    relabel_eviction,
     render_pod,
     runtime_port,
     selector,
@@ -150,27 +152,19 @@ class KubernetesBackend:
             raise BackendError(f"cannot delete pod {handle.id}: {exc}") from exc
         await self._wait_gone(handle.id, seconds + 30.0)
 
-    async def evict(self, handle: ContainerHandle, *, attempts: int | None = None) -> bool:
-        """Evict through the Eviction API (PDBs apply); 429s are retried, never forced.
-
-        Returns True once the pod is gone, False if ``attempts`` evictions were all refused.
-        """
+    async def evict(self, handle: ContainerHandle, *, grace: float) -> bool:
+        """One Eviction: True once the pod is gone, False if a PodDisruptionBudget refused."""
         await self.start()
-        tried = 0
-        while True:
-            try:
-                accepted = await self.api.evict_pod(handle.id)
-            except KubeError as exc:
-                raise BackendError(f"cannot evict pod {handle.id}: {exc}") from exc
-            tried += 1
-            if accepted:
-                grace = self.options.termination_grace_seconds
-                await self._wait_gone(handle.id, grace + 30.0)
-                return True
-            log.info("eviction of %s refused by a PodDisruptionBudget; retrying", handle.id)
-            if attempts is not None and tried >= attempts:
-                return False
-            await asyncio.sleep(self.options.eviction_retry_seconds)
+        seconds = max(1, math.ceil(grace))
+        try:
+            accepted = await self.api.evict_pod(handle.id, seconds)
+        except KubeError as exc:
+            raise BackendError(f"cannot evict pod {handle.id}: {exc}") from exc
+        if not accepted:
+            log.info("eviction of %s refused by a PodDisruptionBudget", handle.id)
+            return False
+        await self._wait_gone(handle.id, seconds + 30.0)
+        return True
 
     async def _wait_gone(self, name: str, seconds: float) -> None:
         try:
@@ -210,11 +204,13 @@ class KubernetesBackend:
         return found
 
     async def relabel(self, handle: ContainerHandle, labels: dict[str, str]) -> ContainerHandle:
+        """New manager labels; a stem cell bound to an action also takes its eviction policy."""
         await self.start()
+        evict_labels, evict_annotations = relabel_eviction(labels, self.options)
         patch = {
             "metadata": {
-                "labels": derived_labels(labels),
-                "annotations": {LABELS_ANNOTATION: json.dumps(labels)},
+                "labels": {**evict_labels, **derived_labels(labels)},
+                "annotations": {**evict_annotations, LABELS_ANNOTATION: json.dumps(labels)},
             }
         }
         try:

@@ -177,6 +177,11 @@ class LocalProcessBackend:
         self._reap(pid)
         shutil.rmtree(self.root / handle.id, ignore_errors=True)
 
+    async def evict(self, handle: ContainerHandle, *, grace: float) -> bool:
+        """Nothing here can refuse a disruption: always a graceful ``remove``."""
+        await self.remove(handle, grace)
+        return True
+
     async def pause(self, handle: ContainerHandle) -> None:
         self._signal(handle, signal.SIGSTOP)
         pid = int(handle.data["pid"])

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig, codecs
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod, PodEviction
@@ -132,13 +132,14 @@ class KubeApi:
             raise err from exc
         return True
 
-    async def evict_pod(self, name: str) -> bool:
+    async def evict_pod(self, name: str, grace_seconds: int) -> bool:
         """True if the eviction was accepted (or the pod is gone); False on 429 (a PDB)."""
         self._call("evict_pod")
         eviction = PodEviction(
             apiVersion="policy/v1",
             kind="Eviction",
             metadata=ObjectMeta(name=name, namespace=self.namespace),
+            deleteOptions=DeleteOptions(gracePeriodSeconds=grace_seconds),
         )
         try:
             await self.client.create(eviction, name, namespace=self.namespace)

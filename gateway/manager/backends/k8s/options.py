@@ -30,7 +30,6 @@ class K8sOptions:
     termination_grace_seconds: int = 30
     cpu_per_gib: float = 1.0  # CPU (cores) requested per GiB of limits.memory
     start_timeout: float = 120.0
-    eviction_retry_seconds: float = 5.0
     server: str | None = None  # API server URL (tests); None: in-cluster or kubeconfig
 
     @classmethod
@@ -74,7 +73,6 @@ _TYPED = {
     "termination_grace_seconds",
     "cpu_per_gib",
     "start_timeout",
-    "eviction_retry_seconds",
 }
 
 
@@ -96,7 +94,7 @@ def _parse(name: str, raw: str, source: str = "") -> Any:
             return doc
         if name in ("runtime_port", "termination_grace_seconds"):
             return int(raw)
-        if name in ("cpu_per_gib", "start_timeout", "eviction_retry_seconds"):
+        if name in ("cpu_per_gib", "start_timeout"):
             return float(raw)
     except (ValueError, OSError) as exc:
         raise ValueError(f"{source or 'APF_K8S_' + name.upper()}={raw!r}: {exc}") from exc

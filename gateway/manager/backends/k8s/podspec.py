@@ -1,6 +1,13 @@
 """A container spec rendered as a Pod body (a plain dict, validated in tests against the
 Kubernetes schemas).
 
+From the spec's typed fields: image (the action's, else the kind's OpenWhisk image, else ours),
+memory (requests = limits), ``terminationGracePeriodSeconds`` (the action's, else the
+backend's default), the eviction policy (labels/annotations, ``eviction.py``), the pod
+template (the operator's, with the action's merged over it) and the router label. A spec not
+bound to an action (a stem cell: it holds no work) is rendered ``Always``; binding it
+(``relabel``) gives it the action's policy.
+
 The manager's opaque labels (``role``, ``kind``, ``memory``, ``action`` as JSON) are not valid
 Kubernetes label values, so they travel in the annotation ``apf-gateway.dev/labels``; the Pod's
 Kubernetes labels are derived from them and sanitised (action, namespace, role, router).
@@ -17,7 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.manager.backends.base import ContainerSpec
-from gateway.manager.backends.k8s.eviction import apply_eviction
+from gateway.manager.backends.k8s.eviction import (
+    CA_ANNOTATION,
+    POLICY_ANNOTATION,
+    SAFE_LABEL,
+    apply_eviction,
+)
 from gateway.manager.backends.k8s.options import K8sOptions
 from gateway.platform.actions import EvictionSafe
 
@@ -78,23 +90,57 @@ def _quantity_cpu(cores: float) -> str:
     return f"{max(10, math.ceil(cores * 1000))}m"
 
 
+def merge_templates(operator: dict[str, Any], action: dict[str, Any] | None) -> dict[str, Any]:
+    """The operator's pod template with the action's over it (labels/annotations merged)."""
+    merged = copy.deepcopy(operator)
+    if not action:
+        return merged
+    meta = merged.setdefault("metadata", {})
+    for key in ("labels", "annotations"):
+        extra = (action.get("metadata") or {}).get(key)
+        if extra:
+            meta[key] = {**(meta.get(key) or {}), **extra}
+    spec = merged.setdefault("spec", {})
+    spec.update(copy.deepcopy(action.get("spec") or {}))
+    return merged
+
+
+def _safe(spec: ContainerSpec) -> EvictionSafe:
+    if spec.eviction is not None:
+        return spec.eviction
+    action = _action(spec.labels)
+    return EvictionSafe(action["eviction"]) if action.get("eviction") else EvictionSafe.ALWAYS
+
+
+def relabel_eviction(
+    labels: dict[str, str], options: K8sOptions
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The eviction label and annotations for a pod (re)bound to the action in ``labels``."""
+    action = _action(labels)
+    safe = EvictionSafe(action.get("eviction") or EvictionSafe.ALWAYS.value)
+    template = merge_templates(options.pod_template, action.get("podTemplate"))
+    meta = template.get("metadata") or {}
+    evict = apply_eviction(safe, dict(meta.get("labels") or {}), meta.get("annotations") or {})
+    keys = (CA_ANNOTATION, POLICY_ANNOTATION)
+    return {SAFE_LABEL: evict.labels[SAFE_LABEL]}, {k: evict.annotations[k] for k in keys}
+
+
 def render_pod(
     spec: ContainerSpec, options: K8sOptions, owner: Owner | None
 ) -> tuple[dict[str, Any], list[str]]:
     """``(pod body, warnings)``."""
-    action = _action(spec.labels)
-    safe = EvictionSafe(action.get("eviction", EvictionSafe.NEVER.value))
-    template = copy.deepcopy(options.pod_template)
+    template = merge_templates(options.pod_template, spec.pod_template)
     meta = template.get("metadata") or {}
-    evict = apply_eviction(safe, dict(meta.get("labels") or {}), meta.get("annotations") or {})
+    evict = apply_eviction(
+        _safe(spec), dict(meta.get("labels") or {}), meta.get("annotations") or {}
+    )
     labels = {**evict.labels, **derived_labels(spec.labels), **selector(options)}
     labels[CONTAINER_LABEL] = spec.id
+    if spec.router:
+        labels[f"{DOMAIN}/router"] = label_value(spec.router)
     annotations = {**evict.annotations, LABELS_ANNOTATION: json.dumps(spec.labels)}
-    image = str(action.get("image") or "")
-    ours = not image
-    if ours:
-        image, ours = options.image_for(spec.kind)
-    grace = action.get("terminationGracePeriodSeconds", options.termination_grace_seconds)
+    image, ours = (spec.image, False) if spec.image else options.image_for(spec.kind)
+    grace = options.termination_grace_seconds if spec.grace_seconds is None else spec.grace_seconds
     pod_spec: dict[str, Any] = dict(template.get("spec") or {})
     base: dict[str, Any] = next(
         (c for c in pod_spec.get("containers") or [] if c.get("name") == CONTAINER_NAME), {}
