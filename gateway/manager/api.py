@@ -160,8 +160,14 @@ async def list_containers(request: web.Request) -> web.Response:
     )
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+async def livez(request: web.Request) -> web.Response:
+    """The process serves requests (liveness; also ``/healthz``)."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, why = request.app[SERVICE].ready()
+    return web.Response(status=200 if ready else 503, text=why + "\n")
 
 
 def build_app(service: ManagerService) -> web.Application:
@@ -177,12 +183,19 @@ def build_app(service: ManagerService) -> web.Application:
     app.router.add_post("/v1/containers/{container}/giveback", give_back)
     app.router.add_post("/v1/containers/{container}/evict", evict)
     app.router.add_post("/v1/drain", drain)
-    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz", livez)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
 
     async def lifecycle(app: web.Application) -> Any:
         await service.start()
         yield
         await service.stop()
+
+    async def stopping(app: web.Application) -> None:
+        service.stopping = True
+
+    app.on_shutdown.append(stopping)
 
     app.cleanup_ctx.append(lifecycle)
     return app

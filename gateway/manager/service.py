@@ -74,6 +74,8 @@ class ManagerService:
         self._http: aiohttp.ClientSession | None = None
         self._backfilling: set[str] = set()
         self._retrying: set[str] = set()  # containers whose refused eviction will be retried
+        self.started = False
+        self.stopping = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -93,8 +95,18 @@ class ManagerService:
         log.info("recovered %d containers", len(self.handles))
         for kind in self.settings.prewarm:
             self._spawn(self._backfill(kind))
+        self.started = True
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: once the backend's containers are recovered, until shutdown begins."""
+        if self.stopping:
+            return False, "stopping"
+        if not self.started:
+            return False, "recovering the backend's containers"
+        return True, "ok"
 
     async def stop(self) -> None:
+        self.stopping = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -273,8 +273,18 @@ async def state(request: web.Request) -> web.Response:
     )
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+async def livez(request: web.Request) -> web.Response:
+    """The process serves requests (liveness; also ``/healthz``)."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, why = request.app[ROUTER].ready()
+    return web.Response(status=200 if ready else 503, text=why + "\n")
+
+
+async def _draining(app: web.Application) -> None:
+    app[ROUTER].draining = True  # shutdown began: unready while in-flight requests finish
 
 
 def build_app(router: Router, url: str) -> web.Application:
@@ -293,6 +303,9 @@ def build_app(router: Router, url: str) -> web.Application:
     app.router.add_get(base + "/activations/{id}/logs", get_logs)
     app.router.add_post("/_platform/v1/containers/{id}/giveback", give_back)
     app.router.add_get("/_platform/v1/state", state)
-    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz", livez)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+    app.on_shutdown.append(_draining)
     app.cleanup_ctx.append(lifecycle)
     return app

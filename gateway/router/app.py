@@ -45,6 +45,7 @@ class Router:
         self.trusted = parse_networks(list(settings.trusted))
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
+        self.draining = False
 
     async def start(self, url: str) -> None:
         from gateway.store import ActivationWriter, open_store
@@ -73,7 +74,20 @@ class Router:
             async with asyncio.timeout(5):
                 await self.invoker.registered.wait()
 
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: serving once registered with the manager, until shutdown begins.
+
+        Registered *once* is enough: warm invocations never need the manager, so a manager
+        that restarts or is unreachable later must not take every router out of service."""
+        if self.draining:
+            return False, "draining: shutting down"
+        invoker: Invoker | None = getattr(self, "invoker", None)  # set by start()
+        if invoker is None or not invoker.ever_registered:
+            return False, "not registered with the container manager yet"
+        return True, "ok"
+
     async def stop(self) -> None:
+        self.draining = True
         self._lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease

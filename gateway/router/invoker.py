@@ -98,6 +98,7 @@ class Invoker:
         self._retiring: set[str] = set()  # old-revision containers to give back once idle
         self._tasks: set[asyncio.Task[Any]] = set()
         self.registered = asyncio.Event()
+        self.ever_registered = False  # readiness: true after the first registration
 
     # ---- admission -----------------------------------------------------------------------
     async def admit(self, action: ActionInfo, *, proxied: bool) -> Slot:
@@ -312,6 +313,7 @@ class Invoker:
         data = await self.manager.register(self.settings.router_id, self.url, sorted(held))
         self._sync(data, held)  # what the manager did not give back is no longer ours
         self.registered.set()
+        self.ever_registered = True
         return float(data.get("lease_seconds", 10.0))
 
     def _sync(self, data: dict[str, Any], held_before: set[str] | None = None) -> None:

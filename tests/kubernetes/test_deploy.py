@@ -144,6 +144,8 @@ def test_probes_and_drain_timing_are_consistent() -> None:
     assert frontdoor["terminationGracePeriodSeconds"] >= pre_stop + drain + 5
     router = pod_spec(find(objects, "Deployment", "apf-gateway-router"))
     (r,) = router["containers"]
+    assert r["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert r["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     pre_stop = int(r["lifecycle"]["preStop"]["exec"]["command"][1])
     assert router["terminationGracePeriodSeconds"] >= pre_stop + 30  # aiohttp's shutdown
     manager = find(objects, "Deployment", "apf-gateway-manager")
@@ -155,7 +157,7 @@ def test_probes_and_drain_timing_are_consistent() -> None:
     assert "--keep-containers" in command
     listen = command[command.index("--listen") + 1]
     ready = command[command.index("--ready-url") + 1]
-    assert ready == f"http://127.0.0.1:{listen.rpartition(':')[2]}/healthz"
+    assert ready == f"http://127.0.0.1:{listen.rpartition(':')[2]}/readyz"
     assert m["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
 

@@ -162,7 +162,7 @@ async def test_the_leader_is_ready_only_once_its_manager_answers(
         "--server", api_url, "--namespace", NS, "--identity", "manager-r",
         "--retry-period", "0.1", "--lease-duration", "3", "--renew-deadline", "2",
         "--health-listen", f"127.0.0.1:{health}",
-        "--ready-url", f"http://127.0.0.1:{child_port}/healthz",
+        "--ready-url", f"http://127.0.0.1:{child_port}/readyz",
         "--", sys.executable, "-c", SERVING_CHILD, str(marker), str(go), str(child_port),
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
