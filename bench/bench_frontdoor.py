@@ -216,6 +216,81 @@ def table(results: dict[str, dict[str, list[float]]], base: str) -> str:
     return "\n".join(lines)
 
 
+IN_PROCESS = """
+import asyncio, sys, time, uvloop
+from gateway.asgi.health import Phase
+from gateway.server import Gateway
+from gateway.settings.sources import load_config
+
+mode, concurrency = sys.argv[1], int(sys.argv[2])
+HEADERS = [(b"host", b"x"), (b"user-agent", b"wrk"), (b"accept", b"*/*")]
+PATH = "/api/v1/namespaces/default/pods"
+
+async def inner(scope, receive, send):
+    await asyncio.sleep(0)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+inner.adds_response_headers = True
+
+async def sent(message): pass
+async def receive(): return {"type": "http.request", "body": b"", "more_body": False}
+
+async def main():
+    overrides = {"upstreams": [{"url": "http://127.0.0.1:1"}],
+                 "enablePriorityAndFairness": mode != "off"}
+    gw = Gateway(load_config([], overrides), loop=asyncio.get_running_loop())
+    gw.endpoints.app = inner
+    gw.lifecycle.phase = Phase.READY
+    if mode != "off":
+        gw.flow_control._app_adds_headers = True
+    if mode == "nocore":  # the core's work replaced by no-ops: what the shell alone costs
+        from gateway.flowcontrol import admission, queueset
+        class Started:
+            state, reason, start_time = queueset.EXECUTING, "", 0.0
+        c = gw.controller
+        c.start = lambda *a, **k: Started()
+        c.finish = lambda *a, **k: None
+        c.kinds.add = lambda *a, **k: None
+        admission.Admission.release = lambda self: None
+    n = 20000
+    async def worker(k):
+        for _ in range(k):
+            await gw({"type": "http", "method": "GET", "path": PATH, "raw_path": PATH.encode(),
+                      "query_string": b"", "headers": HEADERS, "client": ("127.0.0.1", 5),
+                      "scheme": "http"}, receive, sent)
+    await asyncio.gather(*(worker(50) for _ in range(concurrency)))
+    best = 1e9
+    for _ in range(7):
+        t = time.perf_counter()
+        await asyncio.gather(*(worker(n // concurrency) for _ in range(concurrency)))
+        best = min(best, (time.perf_counter() - t) / n)
+    print(f"{best * 1e6:.2f}")
+
+uvloop.run(main())
+"""
+
+
+def in_process(rounds: int) -> None:
+    """Microseconds per request through the gateway app with a trivial inner app, no sockets:
+    APF off, APF on with the core stubbed out (the shell's own cost), APF on."""
+    for concurrency in (1, 32):
+        got: dict[str, list[float]] = {"off": [], "nocore": [], "on": []}
+        for _ in range(rounds):
+            for mode, values in got.items():
+                out = subprocess.run(
+                    [PY, "-c", IN_PROCESS, mode, str(concurrency)],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                values.append(float(out))
+        cells = ", ".join(
+            f"{m} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for m, v in got.items()
+        )
+        print(f"{concurrency:>2} in flight, us/request median (min-max): {cells}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -223,7 +298,14 @@ def main() -> int:
     parser.add_argument(
         "--transports", action="store_true", help="compare upstream transports instead (APF off)"
     )
+    parser.add_argument(
+        "--in-process", action="store_true",
+        help="per-request cost of the gateway app without sockets: APF off / shell / on",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.in_process:
+        in_process(args.rounds)
+        return 0
     up = free_port()
     names = (
         ["direct", "h1", "aiohttp", "httpx-aiohttp", "httpx"]
