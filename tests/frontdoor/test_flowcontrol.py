@@ -306,3 +306,18 @@ def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit:
     mw = FlowControlMiddleware(app, controller=FlowController(clock=FakeEventClock()))
     info, _ = RequestInfoParser().parse("GET", path, query)
     assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
+
+
+def test_queued_request_keeps_its_body(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    running = hold(pool, gw, "/queue/hold/a")
+    wait_until(lambda: "a" in holding(upstream))
+    body = b"y" * 200_000
+    queued = pool.submit(httpx.post, gw.url + "/queue/upload", content=body, timeout=10)
+    wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
+    httpx.get(upstream.url + "/release/a")
+    assert running.result().status_code == 200
+    r = queued.result()
+    assert r.status_code == 200
+    assert r.json()["bytes"] == len(body)
