@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -291,5 +292,5 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
         gateway, host=host, port=listen_port if port is None else port, loop="none",
         http="httptools", lifespan="on", access_log=False, server_header=False,
         date_header=False, proxy_headers=False, log_level=log_level,
-        timeout_graceful_shutdown=int(gateway.settings.shutdown_grace_period) or None,
+        timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
     )  # fmt: skip
