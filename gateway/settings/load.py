@@ -17,7 +17,8 @@ import yaml
 
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
 
-Document = tuple[str, int, dict[str, Any]]  # (source file, 0-based index, content)
+Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
+COMMAND_LINE = "command line"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -68,7 +69,7 @@ def is_gateway_document(doc: dict[str, Any]) -> bool:
 def settings_from_document(source: str, index: int, doc: dict[str, Any]) -> GatewaySettings:
     """Raises ``SettingsError`` with every problem found, each prefixed ``file: document N:``."""
     errors: list[str] = []
-    where = f"{source}: document {index}"
+    where = source if source == COMMAND_LINE else f"{source}: document {index}"
     if doc.get("apiVersion") != API_VERSION:
         errors.append(
             f"{where}: apiVersion: must be {API_VERSION!r}, got {doc.get('apiVersion')!r}"
@@ -214,12 +215,12 @@ def build_settings(
     """Settings from the (at most one) GatewayConfiguration document plus flag overrides."""
     overrides = overrides or {}
     header = {"apiVersion": API_VERSION, "kind": KIND}
-    settings_from_document("command line", 0, {**header, **overrides})
+    settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
     mine = [d for d in docs if is_gateway_document(d[2])]
     if len(mine) > 1:
         where = ", ".join(f"{s}: document {i}" for s, i, _ in mine)
         raise SettingsError([f"more than one {KIND} document: {where}"])
     if not mine:
-        return settings_from_document("command line", 0, {**header, **overrides})
+        return settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
     source, index, doc = mine[0]
     return settings_from_document(source, index, merge(doc, overrides))
