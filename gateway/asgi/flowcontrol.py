@@ -38,6 +38,8 @@ Estimator = Callable[[RequestDigest, Classification], WorkEstimate]
 FS_HEADER = b"x-kubernetes-pf-flowschema-uid"
 PL_HEADER = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT = 60.0
+# Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
+MAX_BUFFERED_BODY = 1024 * 1024
 
 
 def unit_estimator(digest: RequestDigest, classification: Classification) -> WorkEstimate:
@@ -231,17 +233,24 @@ class FlowControlMiddleware:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
         buffered: list[Message] = []
 
-        async def listen() -> None:
-            while True:
+        async def listen() -> bool:
+            """True when the client left; False when the body buffered here reached its cap
+            (the rest stays in the socket, where the server's flow control holds it)."""
+            size = 0
+            while size < MAX_BUFFERED_BODY:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    return
+                    return True
                 buffered.append(message)
+                size += len(message.get("body", b""))
+            return False
 
         entering = asyncio.ensure_future(cm.__aenter__())
         listener = asyncio.ensure_future(listen())
         try:
             await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
+            if not entering.done() and not listener.result():
+                await asyncio.wait((entering,))  # cap reached: wait without watching
         except BaseException:
             await _abandon(cm, entering, listener)
             raise
@@ -277,7 +286,7 @@ class FlowControlMiddleware:
 async def _abandon(
     cm: contextlib.AbstractAsyncContextManager[Admission],
     entering: asyncio.Future[Admission],
-    listener: asyncio.Future[None],
+    listener: asyncio.Future[bool],
 ) -> None:
     """Stop waiting; if a seat was granted in the meantime, give it back."""
     listener.cancel()

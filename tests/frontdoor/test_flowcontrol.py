@@ -308,12 +308,13 @@ def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit:
     assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
 
 
+@pytest.mark.parametrize("size", [200_000, 3_000_000])  # below and above the read-ahead cap
 def test_queued_request_keeps_its_body(
-    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor, size: int
 ) -> None:
     running = hold(pool, gw, "/queue/hold/a")
     wait_until(lambda: "a" in holding(upstream))
-    body = b"y" * 200_000
+    body = b"y" * size
     queued = pool.submit(httpx.post, gw.url + "/queue/upload", content=body, timeout=10)
     wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
     httpx.get(upstream.url + "/release/a")
