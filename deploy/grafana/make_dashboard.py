@@ -2,10 +2,9 @@
 """Writes apf-gateway.json (Grafana dashboard). Run: python deploy/grafana/make_dashboard.py
 
 APF panels use the Kubernetes metric names the front door exports (apiserver_flowcontrol_*),
-so they also work on a real kube-apiserver. Platform panels use the front door's upstream
-metrics (invocations reaching the routers) and kube-state-metrics for action pods; the latter
-needs ``--metric-labels-allowlist=pods=[app.kubernetes.io/managed-by,apf-gateway.dev/action,
-apf-gateway.dev/action-namespace,apf-gateway.dev/role]`` on kube-state-metrics.
+so they also work on a real kube-apiserver. Platform panels use the routers' (apf_router_*)
+and the manager's (apf_manager_*) own metrics, plus the front door's upstream errors and
+configuration reloads.
 """
 
 from __future__ import annotations
@@ -16,10 +15,6 @@ from typing import Any
 
 PL = 'priority_level=~"$priority_level"'
 RI = "$__rate_interval"
-ACTION_PODS = (
-    'kube_pod_labels{namespace="$namespace",'
-    'label_app_kubernetes_io_managed_by="apf-gateway-manager",label_apf_gateway_dev_role="action"}'
-)
 
 
 def panel(
@@ -138,19 +133,103 @@ APF = [
     panel("Execution time", quantiles("apiserver_flowcontrol_request_execution_seconds"), "s"),
 ]
 
+
+def platform_quantiles(metric: str, by: str) -> list[tuple[str, str]]:
+    return [
+        (
+            f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket[{RI}])))",
+            f"p{round(q * 100)} {{{{{by}}}}}",
+        )
+        for q in (0.5, 0.9, 0.99)
+    ]
+
+
 PLATFORM = [
     panel(
-        "Invocations reaching the routers (front door upstream requests)",
+        "Invocations by status",
         [
             (
-                f"sum by (upstream) (rate(gateway_upstream_request_duration_seconds_count[{RI}]))",
-                "{{upstream}}",
+                f"sum by (status) (rate(apf_router_invocations_total[{RI}]))",
+                "{{status}}",
             )
         ],
         "reqps",
     ),
     panel(
-        "Upstream errors by kind",
+        "Invocations per action",
+        [
+            (
+                f"sum by (namespace, action) (rate(apf_router_invocations_total[{RI}]))",
+                "{{namespace}}/{{action}}",
+            )
+        ],
+        "reqps",
+    ),
+    panel(
+        "Cold starts per action",
+        [
+            (
+                f"sum by (namespace, action) (increase(apf_router_cold_starts_total[{RI}]))",
+                "{{namespace}}/{{action}}",
+            )
+        ],
+    ),
+    panel(
+        "Cold start /init time",
+        platform_quantiles("apf_router_init_duration_seconds", "kind"),
+        "s",
+    ),
+    panel(
+        "Wait for a container slot (warm and cold)",
+        platform_quantiles("apf_router_wait_duration_seconds", "start"),
+        "s",
+    ),
+    panel(
+        "Containers per action by state (busy, warm, paused)",
+        [
+            (
+                "sum by (namespace, action, state) (apf_router_containers)",
+                "{{namespace}}/{{action}} {{state}}",
+            )
+        ],
+    ),
+    panel(
+        "Manager: containers created and removed",
+        [
+            (
+                f"sum by (source, result) (increase(apf_manager_container_creations_total[{RI}]))",
+                "created {{source}} {{result}}",
+            ),
+            (
+                f"sum by (reason) (increase(apf_manager_container_removals_total[{RI}]))",
+                "removed {{reason}}",
+            ),
+        ],
+    ),
+    panel(
+        "Quota rejections and evictions",
+        [
+            (
+                f"sum by (namespace, limit) (increase(apf_manager_quota_rejections_total[{RI}]))",
+                "429 {{namespace}} {{limit}}",
+            ),
+            (
+                f"sum by (policy, reason, outcome) (increase(apf_manager_evictions_total[{RI}]))",
+                "{{policy}} {{reason}}: {{outcome}}",
+            ),
+        ],
+    ),
+    panel(
+        "Activation record write failures",
+        [
+            (
+                f"sum(increase(apf_router_activation_write_failures_total[{RI}]))",
+                "failed batch writes",
+            )
+        ],
+    ),
+    panel(
+        "Upstream errors by kind (front door to routers)",
         [
             (
                 f"sum by (upstream, kind) (rate(gateway_upstream_errors_total[{RI}]))",
@@ -158,25 +237,6 @@ PLATFORM = [
             )
         ],
         "reqps",
-    ),
-    panel(
-        "Containers (action pods) per action",
-        [
-            (
-                f"count by (label_apf_gateway_dev_action_namespace, label_apf_gateway_dev_action) ({ACTION_PODS})",
-                "{{label_apf_gateway_dev_action_namespace}}/{{label_apf_gateway_dev_action}}",
-            )
-        ],
-    ),
-    panel(
-        "Cold starts: action pods created in the last 5 minutes (prewarmed stem cells excluded)",
-        [
-            (
-                'count by (label_apf_gateway_dev_action) ((time() - kube_pod_created{namespace="$namespace"} < 300)'
-                f" * on (namespace, pod) group_left (label_apf_gateway_dev_action) {ACTION_PODS})",
-                "{{label_apf_gateway_dev_action}}",
-            )
-        ],
     ),
     panel(
         "Configuration reloads",
@@ -237,7 +297,6 @@ def dashboard() -> dict[str, Any]:
                     "current": {"text": "All", "value": "$__all"},
                     "refresh": 2,
                 },
-                {"name": "namespace", "type": "constant", "query": "apf-gateway", "hide": 2},
             ]
         },
         "panels": panels,

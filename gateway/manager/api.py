@@ -118,7 +118,8 @@ async def give_back(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     data = await _body(request)
     cid = request.match_info["container"]
-    if not service.give_back(str(data.get("router", "")), cid, str(data.get("reason", "idle"))):
+    router, reason = str(data.get("router", "")), str(data.get("reason", "idle"))
+    if not service.disruptions.give_back(router, cid, reason):
         return _error(404, f"container {cid} is not owned by that router")
     return web.json_response({"ok": True})
 
@@ -134,7 +135,7 @@ async def evict(request: web.Request) -> web.Response:
     c = service.core.containers.get(cid)
     if c is None:
         return _error(404, f"no container {cid}")
-    decision, kept = await service.disrupt(cid, reason)
+    decision, kept = await service.disruptions.disrupt(cid, reason)
     if kept is not None:
         return _error(409, f"{cid} was not removed: {kept}")
     if decision.value == "refuse":
@@ -148,7 +149,8 @@ async def evict(request: web.Request) -> web.Response:
 
 async def drain(request: web.Request) -> web.Response:
     data = await _body(request)
-    decisions, kept = await request.app[SERVICE].drain(data.get("namespace"), data.get("action"))
+    service = request.app[SERVICE]
+    decisions, kept = await service.disruptions.drain(data.get("namespace"), data.get("action"))
     return web.json_response({"drained": decisions, "kept": kept})
 
 
@@ -158,6 +160,13 @@ async def list_containers(request: web.Request) -> web.Response:
     return web.json_response(
         {"containers": _containers(list(service.core.containers.values())), "stems": stems}
     )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    body = generate_latest(request.app[SERVICE].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -186,6 +195,7 @@ def build_app(service: ManagerService) -> web.Application:
     app.router.add_get("/healthz", livez)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
 
     async def lifecycle(app: web.Application) -> Any:
         await service.start()

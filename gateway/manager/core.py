@@ -54,6 +54,7 @@ class Grant:
     proxy: list[RouterLease] = field(default_factory=list)
     evict: list[Container] = field(default_factory=list)
     reject: str | None = None
+    limit: str = ""  # with ``reject``: which limit, "quota" or "instances"
 
     @property
     def kind(self) -> str:
@@ -173,7 +174,8 @@ class ManagerCore:
         if instances_left <= 0:
             return Grant(
                 reject=f"The action '{action.path}' has reached its instance limit "
-                f"({action.instances} containers)."
+                f"({action.instances} containers).",
+                limit="instances",
             )
         quota = self.settings.quota(action.namespace)
         used = sum(1 for c in live if c.action.namespace == action.namespace)
@@ -193,7 +195,8 @@ class ManagerCore:
         return Grant(
             reject=f"The namespace '{action.namespace}' has reached its quota of {quota} "
             "containers and none of its idle containers of other actions may be evicted "
-            "(eviction.safe)."
+            "(eviction.safe).",
+            limit="quota",
         )
 
     def space_candidates(self, action: ActionSpec) -> list[Container]:

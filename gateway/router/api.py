@@ -283,6 +283,13 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=200 if ready else 503, text=why + "\n")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    body = generate_latest(request.app[ROUTER].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def _draining(app: web.Application) -> None:
     app[ROUTER].draining = True  # shutdown began: unready while in-flight requests finish
 
@@ -306,6 +313,7 @@ def build_app(router: Router, url: str) -> web.Application:
     app.router.add_get("/healthz", livez)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     app.on_shutdown.append(_draining)
     app.cleanup_ctx.append(lifecycle)
     return app

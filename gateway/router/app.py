@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
@@ -19,7 +19,8 @@ from gateway.router.activation import THROTTLED, Outcome, Status, compose, error
 from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
-from gateway.router.pool import PoolSettings
+from gateway.router.metrics import CountingStore, RouterMetrics
+from gateway.router.pool import PoolSettings, WarmContainer
 
 PROXIED_HEADER = "X-Apf-Proxied-By"
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
@@ -46,14 +47,16 @@ class Router:
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
         self.draining = False
+        self.metrics = RouterMetrics(self._held)
 
     async def start(self, url: str) -> None:
-        from gateway.store import ActivationWriter, open_store
+        from gateway.store import ActivationWriter, Store, open_store
 
         self.url = url
         self.store = open_store(self.settings.store_url)
         await self.store.open()
-        self.writer = ActivationWriter(self.store)
+        counted = CountingStore(self.store, self.metrics.write_failures)
+        self.writer = ActivationWriter(cast("Store", counted))
         await self.writer.start()
         self.http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
@@ -73,6 +76,10 @@ class Router:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(5):
                 await self.invoker.registered.wait()
+
+    def _held(self) -> list[WarmContainer]:
+        invoker: Invoker | None = getattr(self, "invoker", None)
+        return list(invoker.pool.by_id.values()) if invoker is not None else []
 
     def ready(self) -> tuple[bool, str]:
         """``/readyz``: serving once registered with the manager, until shutdown begins.
@@ -145,9 +152,11 @@ class Router:
             slot = await self.invoker.admit(action, proxied=proxied)
         except Throttled:
             if blocking:
+                self.metrics.throttled(action)
                 raise
             return self.record_throttled(action, identity, activation_id)
         outcome = await self.invoker.run(slot, action, params, activation_id, t0)
+        self.metrics.observe(action, outcome)
         record = compose(activation_id, action, identity.subject, outcome)
         self.writer.submit(record)
         return record
@@ -156,6 +165,7 @@ class Router:
         self, action: ActionInfo, identity: Identity, activation_id: str
     ) -> dict[str, Any]:
         """Asynchronous throttling is an activation result, as in OpenWhisk, not a 429."""
+        self.metrics.throttled(action)
         outcome: Outcome = error_outcome(Status.DEVELOPER_ERROR, THROTTLED)
         outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
         record = compose(activation_id, action, identity.subject, outcome)

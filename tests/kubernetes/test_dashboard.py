@@ -1,5 +1,5 @@
-"""deploy/grafana: the dashboard parses and queries only metrics that exist: the front door's
-registry as really exported (APF + front-door names) plus two kube-state-metrics series."""
+"""deploy/grafana: the dashboard parses and queries only metrics that exist: the front door's,
+the routers' and the manager's registries as really exported."""
 
 from __future__ import annotations
 
@@ -15,15 +15,19 @@ from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "apf-gateway.json"
-KUBE_STATE_METRICS = {"kube_pod_labels", "kube_pod_created"}
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("",), "gauge": ("",)}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
             "bool", "offset"}  # fmt: skip
 
 
 def exported_names() -> set[str]:
+    from gateway.manager.metrics import ManagerMetrics
+    from gateway.router.metrics import RouterMetrics
+
     loaded = load_config([], {"upstreams": [{"url": "http://127.0.0.1:1"}]})
-    text = generate_latest(Gateway(loaded, clock=FakeEventClock()).registry).decode()
+    registries = [Gateway(loaded, clock=FakeEventClock()).registry]
+    registries += [RouterMetrics().registry, ManagerMetrics().registry]
+    text = "".join(generate_latest(r).decode() for r in registries)
     names = set()
     for line in text.splitlines():
         if line.startswith("# TYPE "):
@@ -60,7 +64,7 @@ def expressions(dashboard: dict[str, Any]) -> list[str]:
 
 def test_the_dashboard_parses_and_uses_only_exported_metrics() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    allowed = exported_names() | KUBE_STATE_METRICS
+    allowed = exported_names()
     used: set[str] = set()
     for expr in expressions(dashboard):
         names = metric_names(expr)
@@ -77,8 +81,16 @@ def test_the_dashboard_parses_and_uses_only_exported_metrics() -> None:
         "apiserver_flowcontrol_rejected_requests_total",
         "apiserver_flowcontrol_lower_limit_seats",
         "apiserver_flowcontrol_upper_limit_seats",
-        "gateway_upstream_request_duration_seconds_count",
-        "kube_pod_labels",
+        "apf_router_invocations_total",
+        "apf_router_cold_starts_total",
+        "apf_router_init_duration_seconds_bucket",
+        "apf_router_wait_duration_seconds_bucket",
+        "apf_router_containers",
+        "apf_router_activation_write_failures_total",
+        "apf_manager_container_creations_total",
+        "apf_manager_container_removals_total",
+        "apf_manager_quota_rejections_total",
+        "apf_manager_evictions_total",
     ):
         assert needed in used
 

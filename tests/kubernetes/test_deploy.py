@@ -180,3 +180,24 @@ def test_dockerfile_is_multi_stage_non_root_exec_form() -> None:
     assert entry is not None and yaml.safe_load(entry.group(1)) == ["apf-gateway"]
     cmd = re.search(r"^CMD (.+)$", text, re.M)
     assert cmd is not None and isinstance(yaml.safe_load(cmd.group(1)), list)
+
+
+def test_every_component_is_scraped() -> None:
+    objects = rendered("base")
+    monitored = {
+        o["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+        for o in objects
+        if o["kind"] == "ServiceMonitor"
+    }
+    for name in ("apf-gateway-frontdoor", "apf-gateway-router", "apf-gateway-manager"):
+        (service,) = [  # what the ServiceMonitor selects: Services by label
+            o
+            for o in objects
+            if o["kind"] == "Service" and o["metadata"]["labels"]["app.kubernetes.io/name"] == name
+        ]
+        assert name in monitored and service["spec"]["selector"]["app.kubernetes.io/name"] == name
+        assert any(p["name"] == "http" for p in service["spec"]["ports"])
+        template = find(objects, "Deployment", name)["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/path"] == "/metrics"

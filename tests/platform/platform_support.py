@@ -159,3 +159,17 @@ def wait_until(predicate: Any, timeout: float = 10, what: str = "condition") -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
+    """``GET base/metrics`` as ``{'name{label="v",...}': value}`` (labels sorted)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = await client.get(base + "/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    out = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out

@@ -84,7 +84,7 @@ async def test_restart_recovers_and_drain_keeps_quarantined_never_containers() -
     try:
         states = {c.id: c.state.value for c in service.core.containers.values()}
         assert states == {"c-never": "quarantined", "c-always": "quarantined"}
-        decisions, kept = await service.drain(None, None)
+        decisions, kept = await service.disruptions.drain(None, None)
         assert decisions == {"c-never": "when-idle", "c-always": "graceful-stop"}
         assert set(kept) == {"c-never"} and "quarantined" in kept["c-never"]
         assert backend.removed == ["c-always"]
@@ -143,7 +143,7 @@ async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried(
         service.core.deregister("r1")  # both unowned: nobody to ask for them back
         never, upgrade = made[EvictionSafe.NEVER], made[EvictionSafe.ON_UPGRADE]
 
-        decisions, kept = await service.drain(None, None)
+        decisions, kept = await service.disruptions.drain(None, None)
         assert decisions == {never: "when-idle", upgrade: "graceful-stop"}
         assert backend.removed == [never]  # idle: a plain removal, no eviction
         assert backend.evictions == [(upgrade, False)]  # refused: not forced

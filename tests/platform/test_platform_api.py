@@ -15,6 +15,7 @@ from platform_support import (
     invoke,
     manager_containers,
     put_action,
+    scrape,
 )
 
 HELLO = """
@@ -82,6 +83,23 @@ async def test_crud_invoke_and_activations(platform: Platform, client: httpx.Asy
     # another namespace is forbidden; deleting works
     other = await client.get(f"{r.url}/api/v1/namespaces/bob/actions/hello")
     assert other.status_code == 403
+
+    # platform metrics: one cold start, the rest warm; the container is idle now
+    seen = await scrape(client, r.url)
+    ok = 'action="hello",namespace="guest",status="success"'
+    assert seen[f"apf_router_invocations_total{{{ok}}}"] == 3
+    assert seen['apf_router_cold_starts_total{action="hello",namespace="guest"}'] == 1
+    assert seen['apf_router_init_duration_seconds_count{kind="python:3"}'] == 1
+    assert seen['apf_router_wait_duration_seconds_count{start="warm"}'] == 2
+    assert seen['apf_router_containers{action="hello",namespace="guest",state="warm"}'] == 1
+    assert seen["apf_router_activation_write_failures_total{}"] == 0
+    assert platform.manager is not None
+    made = await scrape(client, platform.manager.url)
+    assert (
+        made['apf_manager_container_creations_total{kind="python:3",result="ok",source="new"}'] == 1
+    )
+    assert made['apf_manager_containers{state="assigned"}'] == 1
+    assert made["apf_manager_routers{}"] == 1
     assert (await client.delete(url)).status_code == 200
     assert (await invoke(client, r, "hello")).status_code == 404
 

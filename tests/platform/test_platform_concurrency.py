@@ -8,7 +8,15 @@ from typing import Any
 
 import httpx
 import pytest
-from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from platform_support import (
+    SLOW,
+    Platform,
+    annotation,
+    invoke,
+    manager_containers,
+    put_action,
+    scrape,
+)
 
 
 def max_overlap(records: list[dict[str, Any]]) -> dict[str, int]:
@@ -69,6 +77,14 @@ async def test_quota_429_when_nothing_evictable(
             break
         await asyncio.sleep(0.05)
     assert got.json()["response"]["result"] == {"error": "Too many concurrent requests in flight."}
+    assert platform.manager is not None
+    seen = await scrape(client, platform.manager.url)
+    assert seen['apf_manager_quota_rejections_total{limit="quota",namespace="guest"}'] >= 2
+    mine = await scrape(client, r.url)
+    assert (
+        mine['apf_router_invocations_total{action="newcomer",namespace="guest",status="throttled"}']
+        == 2
+    )
 
 
 async def test_quota_evicts_an_idle_container_when_allowed(
@@ -84,3 +100,7 @@ async def test_quota_evicts_an_idle_container_when_allowed(
     assert resp.status_code == 200, resp.text
     ids = {x["id"] for x in await manager_containers(client, platform)}
     assert victim not in ids and annotation(resp.json(), "container") in ids
+    assert platform.manager is not None
+    seen = await scrape(client, platform.manager.url)
+    space = 'outcome="stopped",policy="Always",reason="space"'
+    assert seen[f"apf_manager_evictions_total{{{space}}}"] == 1

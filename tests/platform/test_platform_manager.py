@@ -8,7 +8,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from platform_support import (
+    SLOW,
+    Platform,
+    annotation,
+    invoke,
+    manager_containers,
+    put_action,
+    scrape,
+)
 
 
 def proc_state(pid: int) -> str:
@@ -83,6 +91,15 @@ async def test_drain_per_eviction_policy(
         resp = await running[name]
         assert (resp.status_code == 200) is completes, (name, resp.text)
     assert await manager_containers(client, platform) == []
+    seen = await scrape(client, platform.manager.url)
+    for policy, outcome, n in (
+        ("Never", "removed-idle", 1),
+        ("OnUpgrade", "stopped", 2),
+        ("Always", "stopped", 1),
+    ):
+        labels = f'outcome="{outcome}",policy="{policy}",reason="upgrade"'
+        assert seen[f"apf_manager_evictions_total{{{labels}}}"] == n
+    assert seen['apf_manager_container_removals_total{reason="upgrade"}'] == 4
 
 
 EVICT_CELLS = [

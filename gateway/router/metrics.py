@@ -1,0 +1,128 @@
+"""The router's Prometheus metrics, on ``GET /metrics``, in a registry of its own.
+
+One registry per ``Router`` (never the process-global default), so several routers in one
+test process do not collide. Names (``docs/platform.md``, "Metrics"):
+
+- ``apf_router_invocations_total{namespace, action, status}``: activations run or refused
+  here; ``status`` is ``success``, ``application_error``, ``developer_error``,
+  ``whisk_error`` or ``throttled`` (no container slot in time, quota, manager unavailable).
+- ``apf_router_cold_starts_total{namespace, action}`` and
+  ``apf_router_init_duration_seconds{kind}``: activations that had to ``/init`` a container.
+- ``apf_router_wait_duration_seconds{start}``: arrival to the start of init (``cold``) or run
+  (``warm``): the time spent waiting for a container slot.
+- ``apf_router_containers{namespace, action, state}``: containers held now, by ``state``
+  ``busy`` (a run or init in flight), ``paused`` or ``warm`` (idle, running).
+- ``apf_router_activation_write_failures_total``: failed batch writes of activation records
+  (the writer keeps the records and retries).
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.platform.actions import ActionInfo
+from gateway.router.activation import Outcome, Status
+from gateway.router.pool import WarmContainer
+
+STATUS = {
+    Status.SUCCESS: "success",
+    Status.APPLICATION_ERROR: "application_error",
+    Status.DEVELOPER_ERROR: "developer_error",
+    Status.WHISK_ERROR: "whisk_error",
+}
+INIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class _Containers(Collector):
+    def __init__(self, containers: Callable[[], Iterable[WarmContainer]]) -> None:
+        self._containers = containers
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "apf_router_containers",
+            "Containers this router holds, by action and state (busy, paused, warm).",
+            labels=["namespace", "action", "state"],
+        )
+        counts: Tally[tuple[str, str, str]] = Tally()
+        for c in self._containers():
+            path = c.key.rpartition("@")[0]
+            namespace, _, name = path.partition("/")
+            state = "busy" if c.in_flight else ("paused" if c.paused else "warm")
+            counts[(namespace, name, state)] += 1
+        for labels, n in sorted(counts.items()):
+            family.add_metric(list(labels), n)
+        yield family
+
+
+class RouterMetrics:
+    def __init__(self, containers: Callable[[], Iterable[WarmContainer]] = tuple) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.invocations = Counter(
+            "apf_router_invocations",
+            "Activations handled by this router, by outcome.",
+            ["namespace", "action", "status"],
+            registry=r,
+        )
+        self.cold_starts = Counter(
+            "apf_router_cold_starts",
+            "Activations that initialized a container (/init).",
+            ["namespace", "action"],
+            registry=r,
+        )
+        self.init_seconds = Histogram(
+            "apf_router_init_duration_seconds",
+            "Time /init took on cold starts.",
+            ["kind"],
+            buckets=INIT_BUCKETS,
+            registry=r,
+        )
+        self.wait_seconds = Histogram(
+            "apf_router_wait_duration_seconds",
+            "Arrival to the start of init (cold) or run (warm): waiting for a container slot.",
+            ["start"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.write_failures = Counter(
+            "apf_router_activation_write_failures",
+            "Failed batch writes of activation records (kept and retried).",
+            registry=r,
+        )
+        r.register(_Containers(containers))
+
+    def observe(self, action: ActionInfo, outcome: Outcome) -> None:
+        self.invocations.labels(action.namespace, action.name, STATUS[outcome.status]).inc()
+        cold = outcome.init_ms is not None
+        if cold:
+            self.cold_starts.labels(action.namespace, action.name).inc()
+            self.init_seconds.labels(action.kind).observe((outcome.init_ms or 0) / 1000)
+        self.wait_seconds.labels("cold" if cold else "warm").observe(outcome.wait_ms / 1000)
+
+    def throttled(self, action: ActionInfo) -> None:
+        self.invocations.labels(action.namespace, action.name, "throttled").inc()
+
+
+class CountingStore:
+    """Delegates to a store, counting failed ``put_activations`` (the writer's only write)."""
+
+    def __init__(self, store: Any, failures: Counter) -> None:
+        self._store = store
+        self._failures = failures
+
+    async def put_activations(self, records: Sequence[dict[str, Any]]) -> None:
+        try:
+            await self._store.put_activations(records)
+        except Exception:
+            self._failures.inc()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
