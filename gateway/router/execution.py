@@ -25,6 +25,7 @@ from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
 
 ALREADY_INITIALIZED = "Cannot initialize the action more than once."
+SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
 
 
 def _ms() -> int:
@@ -88,6 +89,9 @@ class Executor:
                 Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
             )
         kw = self._times(outcome, c, action, logs)
+        if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
+            self._lost(c, "failed")
+            return error_outcome(Status.WHISK_ERROR, SHUTTING_DOWN, **kw)
         if not isinstance(data, dict):
             return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
         if status == 200 and "error" not in data:
