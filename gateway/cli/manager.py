@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--grace-seconds", type=float, default=5.0, help="SIGTERM -> SIGKILL")
     serve.add_argument(
+        "--eviction-retry-seconds",
+        type=float,
+        default=5.0,
+        help="retry a refused eviction (a disruption budget) after this long",
+    )
+    serve.add_argument(
         "--unassigned-idle-seconds", type=float, default=600.0, help="remove unowned containers"
     )
     serve.add_argument(
@@ -107,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         grace_seconds=args.grace_seconds,
         prewarm=_pairs(args.prewarm, "--prewarm"),
         remove_on_exit=not args.keep_containers,
+        eviction_retry_seconds=args.eviction_retry_seconds,
     )
     return run(build_app(ManagerService(backend, settings)), args.listen)
 
