@@ -145,7 +145,7 @@ class Disruptions:
         def retry() -> None:
             self._retrying.discard(cid)
             c = self.core.containers.get(cid)
-            if c is not None and c.state is not CState.REMOVING:
+            if c is not None and c.state is not CState.REMOVING and not self.service.stopping:
                 self.service.spawn(self.disrupt(cid, reason))
 
         self.core.clock.call_later(self.service.settings.eviction_retry_seconds, retry)
