@@ -35,6 +35,8 @@ from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
 if TYPE_CHECKING:
+    from gateway.asgi.workestimate import GatewayEstimator
+    from gateway.flowcontrol.borrowing import BorrowingAdjuster
     from gateway.flowcontrol.clock import EventClock
     from gateway.flowcontrol.controller import FlowController
 
@@ -94,6 +96,8 @@ class Gateway:
     ) -> None:
         settings = loaded.settings
         self.controller: FlowController | None = None
+        self.adjuster: BorrowingAdjuster | None = None
+        self.work_estimator: GatewayEstimator | None = None
         self.flow_control: FlowControlMiddleware | None = None
         self.estimator: Estimator = estimator or unit_estimator
         # The loop the app will run on; APF's clock needs it before the first request.
@@ -182,8 +186,19 @@ class Gateway:
                 controller, include_details=details, to_wall=lambda t: t + wall_offset
             ),
         }
+        from gateway.asgi.workestimate import GatewayEstimator, LearningApp
+        from gateway.flowcontrol.borrowing import BorrowingAdjuster
+
+        self.adjuster = BorrowingAdjuster(
+            controller, self.clock, period=s.borrowing_adjustment_period
+        )
+        inner: ASGIApp = self.endpoints
+        if self.estimator is unit_estimator:
+            self.work_estimator = GatewayEstimator(s.work_estimation, self.clock.now)
+            self.estimator = self.work_estimator
+            inner = LearningApp(self.endpoints, self.work_estimator)
         middleware = FlowControlMiddleware(
-            self.endpoints,
+            inner,
             controller=controller,
             describer=self.describer,
             estimator=self.estimator,
@@ -200,6 +215,14 @@ class Gateway:
 
         s = loaded.settings
         self.controller.apply(loaded.flow if loaded.flow is not None else bootstrap.defaults())
+        if self.work_estimator is not None:
+            self.work_estimator.configure(s.work_estimation)
+        if self.adjuster is not None and self.adjuster.period != s.borrowing_adjustment_period:
+            running = self.adjuster.running
+            self.adjuster.stop()
+            self.adjuster.period = s.borrowing_adjustment_period
+            if running:
+                self.adjuster.start()
         if s.server_concurrency_limit != self.controller.server_cl:
             self.controller.set_server_concurrency_limit(s.server_concurrency_limit)
         self.flow_control.request_timeout = s.request_timeout or 60.0
@@ -266,10 +289,14 @@ class Gateway:
                 except Exception as exc:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                if self.adjuster is not None:
+                    self.adjuster.start()  # needs the running loop's clock
                 self.lifecycle.phase = Phase.READY
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.lifecycle.phase = Phase.STOPPED
+                if self.adjuster is not None:
+                    self.adjuster.stop()
                 for task in self.background:
                     task.cancel()
                 if self.reloader is not None:

@@ -34,7 +34,8 @@ from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.settings.load import parse_duration
 
-Estimator = Callable[[RequestDigest, Classification], WorkEstimate]
+# (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
+Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
 FS_HEADER = b"x-kubernetes-pf-flowschema-uid"
 PL_HEADER = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT = 60.0
@@ -42,7 +43,9 @@ MAX_WAIT = 60.0
 MAX_BUFFERED_BODY = 1024 * 1024
 
 
-def unit_estimator(digest: RequestDigest, classification: Classification) -> WorkEstimate:
+def unit_estimator(
+    digest: RequestDigest, classification: Classification, scope: Scope
+) -> WorkEstimate:
     return UNIT_WORK
 
 
@@ -133,7 +136,9 @@ class FlowControlMiddleware:
         controller = self._controller or self.controller
         classification = controller.classify(digest)
         estimator = self.estimator
-        work = UNIT_WORK if estimator is unit_estimator else estimator(digest, classification)
+        work = (
+            UNIT_WORK if estimator is unit_estimator else estimator(digest, classification, scope)
+        )
         pf_headers = self._uid_headers.get(classification.fs_uid + classification.pl_uid)
         if pf_headers is None:
             pf_headers = self._headers(classification)

@@ -110,7 +110,7 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "--proxy-transport",
         "proxy.transport",
         "NAME",
-        "upstream client: aiohttp (default), httpx, httpx-aiohttp",
+        "upstream client: h1 (default), aiohttp, httpx, httpx-aiohttp",
     ),
     (
         "--upstream-connect-timeout",
@@ -142,8 +142,50 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "BOOL",
         "send X-Remote-User/-Group/-Extra-* upstream (default true)",
     ),
+    (
+        "--borrowing-adjustment-period",
+        "borrowingAdjustmentPeriod",
+        "DURATION",
+        "how often seats move between priority levels (default 10s, as kube-apiserver)",
+    ),
+    (
+        "--kubernetes-work-estimation",
+        "workEstimation.kubernetes",
+        "BOOL",
+        "Kubernetes list/watch/mutation seats from learned sizes and watches (default true)",
+    ),
+    (
+        "--max-list-seats",
+        "workEstimation.maximumListSeats",
+        "N",
+        "most seats a list or watch may take (default 100)",
+    ),
+    (
+        "--max-mutating-seats",
+        "workEstimation.maximumMutatingSeats",
+        "N",
+        "most final seats a mutating request may take (default 10)",
+    ),
+    (
+        "--adaptive-seat-time",
+        "workEstimation.adaptive.seatTime",
+        "DURATION",
+        "adaptive rules: service time worth one seat (default 100ms)",
+    ),
+    (
+        "--adaptive-max-seats",
+        "workEstimation.adaptive.maximumSeats",
+        "N",
+        "adaptive rules: most seats a route may take (default 10)",
+    ),
 ]
-INT_FLAGS = {"maxRequestsInflight", "maxMutatingRequestsInflight"}
+INT_FLAGS = {
+    "maxRequestsInflight",
+    "maxMutatingRequestsInflight",
+    "maximumListSeats",
+    "maximumMutatingSeats",
+    "maximumSeats",
+}
 LIST_FLAGS = {
     "debugAllowedGroups",
     "allowedCIDRs",

@@ -119,6 +119,10 @@ class BorrowingAdjuster:
         if self._timer is None:
             self._timer = self.clock.call_later(self.period, self._tick)
 
+    @property
+    def running(self) -> bool:
+        return self._timer is not None
+
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -186,6 +186,9 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
     for name in ("request_timeout", "shutdown_grace_period", "config_poll_interval"):
         if getattr(s, name) < 0:
             errors.append(f"{_camel(name)}: must not be negative")
+    if s.borrowing_adjustment_period <= 0:
+        errors.append("borrowingAdjustmentPeriod: must be positive")
+    _validate_work_estimation(s, errors)
     p = s.proxy
     for name in ("connect_timeout", "read_timeout", "pool_timeout", "keepalive_expiry"):
         if getattr(p, name) < 0:
@@ -224,3 +227,33 @@ def build_settings(
         return settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
     source, index, doc = mine[0]
     return settings_from_document(source, index, merge(doc, overrides))
+
+
+def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
+    w = s.work_estimation
+    for name in ("maximum_list_seats", "maximum_mutating_seats"):
+        if getattr(w, name) < 1:
+            errors.append(f"workEstimation.{_camel(name)}: must be at least 1")
+    a = w.adaptive
+    if a.seat_time <= 0:
+        errors.append("workEstimation.adaptive.seatTime: must be positive")
+    if a.maximum_seats < 1:
+        errors.append("workEstimation.adaptive.maximumSeats: must be at least 1")
+    if not 0 < a.smoothing <= 1:
+        errors.append("workEstimation.adaptive.smoothing: must be in (0, 1]")
+    for i, rule in enumerate(w.rules):
+        path = f"workEstimation.rules[{i}]"
+        if not rule.name:
+            errors.append(f"{path}.name: required")
+        if rule.path and not rule.path.startswith("/"):
+            errors.append(f"{path}.path: must start with '/', got {rule.path!r}")
+        if rule.initial_seats < 1:
+            errors.append(f"{path}.initialSeats: must be at least 1")
+        if rule.final_seats < 0:
+            errors.append(f"{path}.finalSeats: must not be negative")
+        if rule.additional_latency < 0:
+            errors.append(f"{path}.additionalLatency: must not be negative")
+        for key in ("headers", "query"):
+            for j, item in enumerate(getattr(rule, key)):
+                if "=" not in item or item.startswith("="):
+                    errors.append(f"{path}.{key}[{j}]: expected NAME=VALUE, got {item!r}")

@@ -56,6 +56,38 @@ class ProxySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkEstimateRuleSettings:
+    """One rule: requests that match get these seats (or, with ``adaptive``, learned ones)."""
+
+    name: str = ""
+    methods: tuple[str, ...] = ()
+    path: str = ""
+    headers: tuple[str, ...] = ()  # "Name=value", matched exactly
+    query: tuple[str, ...] = ()  # "key=value", matched exactly
+    initial_seats: int = 1
+    final_seats: int = 0
+    additional_latency: float = 0.0
+    adaptive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveSettings:
+    seat_time: float = 0.1
+    maximum_seats: int = 10
+    smoothing: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class WorkEstimationSettings:
+    # Kubernetes' list/watch/mutating estimators for Kubernetes-shaped paths.
+    kubernetes: bool = True
+    maximum_list_seats: int = 100
+    maximum_mutating_seats: int = 10
+    rules: tuple[WorkEstimateRuleSettings, ...] = ()
+    adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+
+
+@dataclass(frozen=True, slots=True)
 class GatewaySettings:
     listen: str = "127.0.0.1:8080"
     upstreams: tuple[UpstreamSettings, ...] = ()
@@ -71,6 +103,9 @@ class GatewaySettings:
     config_poll_interval: float = 2.0
     authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    # How often seats move between priority levels (kube-apiserver: 10 s).
+    borrowing_adjustment_period: float = 10.0
+    work_estimation: WorkEstimationSettings = field(default_factory=WorkEstimationSettings)
 
     @property
     def server_concurrency_limit(self) -> int:

@@ -1,0 +1,191 @@
+"""Work estimation in the front door: seats per request from the core's estimators, and the
+ASGI layer that teaches them what only the proxy sees.
+
+kube-apiserver knows its collection sizes and its watches; a gateway learns them: the size of
+each list it proxies (items, plus ``remainingItemCount`` for a paged first page), the watches
+it is proxying right now, and, for adaptive rules, how long each route takes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.asgi.describe import DIGEST_KEY
+from gateway.flowcontrol.controller import Classification
+from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
+from gateway.flowcontrol.workestimate import (
+    AdaptiveEstimator,
+    EstimatorConfig,
+    RequestView,
+    RuleMatch,
+    WorkEstimator,
+    WorkRule,
+)
+from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.settings.model import WorkEstimationSettings
+
+log = logging.getLogger(__name__)
+
+ROUTE_KEY = "gateway.work_route"
+MAX_LEARNED_LIST_BYTES = 16 * 1024 * 1024
+
+
+def _pairs(items: tuple[str, ...], *, lower: bool) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        name, _, value = item.partition("=")
+        out.append((name.strip().lower() if lower else name.strip(), value.strip()))
+    return tuple(out)
+
+
+def build_estimator(settings: WorkEstimationSettings, now: Callable[[], float]) -> WorkEstimator:
+    rules = [
+        WorkRule(
+            r.name,
+            RuleMatch(
+                methods=tuple(m.upper() for m in r.methods),
+                path=r.path,
+                headers=_pairs(r.headers, lower=True),
+                query=_pairs(r.query, lower=False),
+            ),
+            WorkEstimate(r.initial_seats, r.final_seats, r.additional_latency),
+            adaptive=r.adaptive,
+        )
+        for r in settings.rules
+    ]
+    a = settings.adaptive
+    adaptive = (
+        AdaptiveEstimator(seat_time=a.seat_time, maximum=a.maximum_seats, smoothing=a.smoothing)
+        if any(r.adaptive for r in settings.rules)
+        else None
+    )
+    config = EstimatorConfig(
+        maximum_list_seats=settings.maximum_list_seats,
+        maximum_mutating_seats=settings.maximum_mutating_seats,
+    )
+    return WorkEstimator(
+        now=now, config=config, rules=rules, adaptive=adaptive, kubernetes=settings.kubernetes
+    )
+
+
+def request_view(scope: Scope) -> RequestView:
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    query: dict[str, str] = {}
+    raw = scope.get("query_string", b"")
+    if raw:
+        from urllib.parse import parse_qsl
+
+        query = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    return RequestView(scope.get("method", "GET"), scope["path"], headers, query)
+
+
+class GatewayEstimator:
+    """The middleware's ``estimator``; ``configure`` swaps rules on reload, keeping what was
+    learned (collection sizes, open watches, route times)."""
+
+    def __init__(self, settings: WorkEstimationSettings, now: Callable[[], float]) -> None:
+        self.now = now
+        self.estimator = build_estimator(settings, now)
+
+    def configure(self, settings: WorkEstimationSettings) -> None:
+        fresh = build_estimator(settings, self.now)
+        fresh.counts = self.estimator.counts
+        fresh.watches = self.estimator.watches
+        if fresh.adaptive is not None and self.estimator.adaptive is not None:
+            fresh.adaptive = self.estimator.adaptive
+        self.estimator = fresh
+
+    def __call__(
+        self, digest: RequestDigest, classification: Classification, scope: Scope
+    ) -> WorkEstimate:
+        estimator = self.estimator
+        view = request_view(scope) if estimator.rules else None
+        estimate = estimator.estimate(digest, classification.level.max_seats, view)
+        if estimate.watch_count is not None:
+            classification.flow_stats.watch_count_samples.observe(estimate.watch_count)
+        if estimate.route is not None:
+            scope[ROUTE_KEY] = estimate.route
+        return estimate.work
+
+
+class LearningApp:
+    """Sits between flow control and the proxy; passes everything through unchanged."""
+
+    def __init__(self, app: ASGIApp, estimator: GatewayEstimator) -> None:
+        self.app = app
+        self.estimator = estimator
+        self.adds_response_headers = bool(getattr(app, "adds_response_headers", False))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        digest: RequestDigest | None = scope.get(DIGEST_KEY)
+        route = scope.get(ROUTE_KEY)
+        if digest is None or (route is None and digest.info.verb not in ("list", "watch")):
+            await self.app(scope, receive, send)
+            return
+        info = digest.info
+        if route is not None:
+            started = time.monotonic()
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                adaptive = self.estimator.estimator.adaptive
+                if adaptive is not None:
+                    adaptive.observe(route, time.monotonic() - started)
+            return
+        if not info.is_resource_request or not self.estimator.estimator.kubernetes:
+            await self.app(scope, receive, send)
+            return
+        if info.verb == "watch":
+            watches = self.estimator.estimator.watches
+            counted = watches.register(info)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                if counted:
+                    watches.forget(info)
+            return
+        if info.query_value("continue"):
+            await self.app(scope, receive, send)  # a later page says nothing about the total
+            return
+        await self.app(scope, receive, self._list_recorder(digest, send))
+
+    def _list_recorder(self, digest: RequestDigest, send: Send) -> Send:
+        chunks: list[bytes] = []
+        state: dict[str, Any] = {"ok": False, "size": 0}
+
+        async def recording_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                headers = dict(message.get("headers", ()))
+                ctype = headers.get(b"content-type", b"")
+                state["ok"] = message["status"] == 200 and b"json" in ctype
+            elif kind == "http.response.body" and state["ok"]:
+                body = message.get("body", b"")
+                state["size"] += len(body)
+                if state["size"] > MAX_LEARNED_LIST_BYTES:
+                    state["ok"] = False
+                    chunks.clear()
+                else:
+                    chunks.append(body)
+                    if not message.get("more_body", False):
+                        self._learn(digest, b"".join(chunks))
+            await send(message)
+
+        return recording_send
+
+    def _learn(self, digest: RequestDigest, body: bytes) -> None:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            return
+        items = len(doc["items"])
+        meta = doc.get("metadata")
+        remaining = meta.get("remainingItemCount") if isinstance(meta, dict) else None
+        count = items + remaining if isinstance(remaining, int) and remaining > 0 else items
+        self.estimator.estimator.observe_list(digest, count, len(body) * count // max(items, 1))
