@@ -6,10 +6,12 @@ non-resource request. The dumps are for users in the configured groups only (403
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from gateway.asgi.describe import DIGEST_KEY, RESPONSE_HEADERS_KEY
 from gateway.flowcontrol.digest import RequestDigest
@@ -43,8 +45,13 @@ class LocalEndpoints:
         if scope["type"] == "http":
             path: str = scope["path"]
             if path == "/metrics":
+                # Read the core's state on the loop (it is single-threaded), then format the
+                # text in a worker thread: formatting is most of a scrape's cost and would
+                # otherwise stall every request in flight.
+                snapshot = _Snapshot(list(self.registry.collect()))
+                body = await asyncio.to_thread(generate_latest, snapshot)
                 await send_bytes(
-                    send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode(),
+                    send, 200, body, CONTENT_TYPE_LATEST.encode(),
                     scope.get(RESPONSE_HEADERS_KEY),
                 )  # fmt: skip
                 return
@@ -72,3 +79,13 @@ class LocalEndpoints:
         query = parse_qs(scope["query_string"].decode("latin-1"))
         details = bool(query.get("includeRequestDetails", [""])[0])
         await send_bytes(send, 200, render(details).encode(), TEXT, scope.get(RESPONSE_HEADERS_KEY))
+
+
+class _Snapshot:
+    """Metric families already collected, in the shape ``generate_latest`` reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)

@@ -59,32 +59,39 @@ def test_hot_reload_under_load_drops_nothing(
         held = pool.submit(httpx.get, gw.url + "/queue/hold/r", timeout=10)
         wait_until(lambda: "r" in holding(upstream))
         workers = [pool.submit(load) for _ in range(3)]
-        wait_until(lambda: len(codes) > 50)
-        cfg.write_text(text.replace("nominalConcurrencyShares: 5\n    lendablePercent: 0\n"
-                                    "    borrowingLimitPercent: 0\n    limitResponse:\n"
-                                    "      type: Queue",
-                                    "nominalConcurrencyShares: 50\n    lendablePercent: 0\n"
-                                    "    borrowingLimitPercent: 0\n    limitResponse:\n"
-                                    "      type: Queue"))  # fmt: skip
-        wait_until(lambda: nominal(gw.url, "tiny-queue") > before)
-        n = len(codes)
-        wait_until(lambda: len(codes) > n + 50)
-        # An invalid file is refused; the last good configuration keeps serving.
-        cfg.write_text(text.replace("queueLengthLimit: 1", "queueLengthLimit: -3"))
-        wait_until(lambda: "gateway_config_reloads_total{result=\"failure\"} 1.0"
-                   in httpx.get(gw.url + "/metrics").text)  # fmt: skip
-        n = len(codes)
-        wait_until(lambda: len(codes) > n + 50)
-        stop.set()
+        try:
+            _reload_twice(gw, cfg, text, before, codes)
+        finally:  # never leave the load threads running (the pool would wait for them)
+            stop.set()
+            httpx.get(upstream.url + "/release/r")
         for w in workers:
             w.result()
-        httpx.get(upstream.url + "/release/r")
         assert held.result().status_code == 200  # in flight across both reloads
     assert set(codes) == {200}, f"{len(codes)} requests, codes {sorted(set(codes))}"
     metrics = httpx.get(gw.url + "/metrics").text
     assert 'gateway_config_reloads_total{result="success"} 1.0' in metrics
     assert "gateway_config_last_reload_successful 0.0" in metrics
     assert nominal(gw.url, "tiny-queue") > before
+
+
+def _reload_twice(gw: ServerThread, cfg: Path, text: str, before: float, codes: list[int]) -> None:
+    """A valid reload, then an invalid one, each while the load keeps running."""
+    wait_until(lambda: len(codes) > 50, timeout=30)
+    cfg.write_text(text.replace("nominalConcurrencyShares: 5\n    lendablePercent: 0\n"
+                                "    borrowingLimitPercent: 0\n    limitResponse:\n"
+                                "      type: Queue",
+                                "nominalConcurrencyShares: 50\n    lendablePercent: 0\n"
+                                "    borrowingLimitPercent: 0\n    limitResponse:\n"
+                                "      type: Queue"))  # fmt: skip
+    wait_until(lambda: nominal(gw.url, "tiny-queue") > before)
+    n = len(codes)
+    wait_until(lambda: len(codes) > n + 50, timeout=30)
+    # An invalid file is refused; the last good configuration keeps serving.
+    cfg.write_text(text.replace("queueLengthLimit: 1", "queueLengthLimit: -3"))
+    wait_until(lambda: "gateway_config_reloads_total{result=\"failure\"} 1.0"
+               in httpx.get(gw.url + "/metrics").text)  # fmt: skip
+    n = len(codes)
+    wait_until(lambda: len(codes) > n + 50, timeout=30)
 
 
 def _free_port() -> int:
