@@ -436,3 +436,16 @@ async def test_a_stem_cell_is_always_evictable_until_bound(
     assert meta["labels"][SAFE_LABEL] == "false"  # now protected by the PDB
     assert meta["annotations"][CA_ANNOTATION] == "false"
     assert await backend.evict(stem, grace=1) is False
+
+
+async def test_operators_can_ignore_action_pod_templates(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    backend = await make_backend(action_pod_templates="false")  # as --backend-option gives it
+    base = action_spec("c-000000000020")
+    template = {"spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}
+    spec = ContainerSpec(base.id, base.kind, 256, 1, base.labels, pod_template=template)
+    await backend.create(spec)
+    pod = cluster.pod("c-000000000020")
+    assert pod is not None and "tolerations" not in pod["spec"]
+    assert any("podTemplate is ignored" in w for w in backend.warnings)

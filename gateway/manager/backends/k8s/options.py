@@ -27,6 +27,9 @@ class K8sOptions:
     owner_deployment: str | None = None  # the manager Deployment (ownerReferences)
     owner_uid: str | None = None  # its uid; looked up by name when not given
     pod_template: dict[str, Any] = field(default_factory=dict)
+    # honour actions' own podTemplate (labels, annotations, nodeSelector, tolerations,
+    # priorityClassName); false: ignore them (with a warning), only the operator's applies
+    action_pod_templates: bool = True
     termination_grace_seconds: int = 30
     cpu_per_gib: float = 1.0  # CPU (cores) requested per GiB of limits.memory
     start_timeout: float = 120.0
@@ -67,6 +70,7 @@ class K8sOptions:
 
 
 _TYPED = {
+    "action_pod_templates",
     "images",
     "pod_template",
     "runtime_port",
@@ -92,6 +96,10 @@ def _parse(name: str, raw: str, source: str = "") -> Any:
             if not isinstance(doc, dict):
                 raise ValueError("the pod template file must hold a mapping")
             return doc
+        if name == "action_pod_templates":
+            if raw.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return raw.lower() == "true"
         if name in ("runtime_port", "termination_grace_seconds"):
             return int(raw)
         if name in ("cpu_per_gib", "start_timeout"):

@@ -118,7 +118,8 @@ def relabel_eviction(
     """The eviction label and annotations for a pod (re)bound to the action in ``labels``."""
     action = _action(labels)
     safe = EvictionSafe(action.get("eviction") or EvictionSafe.ALWAYS.value)
-    template = merge_templates(options.pod_template, action.get("podTemplate"))
+    own = action.get("podTemplate") if options.action_pod_templates else None
+    template = merge_templates(options.pod_template, own)
     meta = template.get("metadata") or {}
     evict = apply_eviction(safe, dict(meta.get("labels") or {}), meta.get("annotations") or {})
     keys = (CA_ANNOTATION, POLICY_ANNOTATION)
@@ -129,7 +130,9 @@ def render_pod(
     spec: ContainerSpec, options: K8sOptions, owner: Owner | None
 ) -> tuple[dict[str, Any], list[str]]:
     """``(pod body, warnings)``."""
-    template = merge_templates(options.pod_template, spec.pod_template)
+    ignored = spec.pod_template is not None and not options.action_pod_templates
+    action_template = None if ignored else spec.pod_template
+    template = merge_templates(options.pod_template, action_template)
     meta = template.get("metadata") or {}
     evict = apply_eviction(
         _safe(spec), dict(meta.get("labels") or {}), meta.get("annotations") or {}
@@ -172,7 +175,10 @@ def render_pod(
             }
         ]
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
-    return body, evict.warnings
+    warnings = list(evict.warnings)
+    if ignored:
+        warnings.append("the action's podTemplate is ignored (action_pod_templates is false)")
+    return body, warnings
 
 
 def runtime_port(pod: dict[str, Any], default: int) -> int:
