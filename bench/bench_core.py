@@ -302,7 +302,7 @@ def main() -> None:
     print("|---|---|")
     variants = {
         "bare": "bare queued request (no wait deadline)",
-        "timer": "+ wait-deadline timer (asyncio TimerHandle)",
+        "timer": "+ wait deadline (one shared timer per queue set)",
         "admission": "+ timer + the admission shell's future and callback",
     }
     for code, title in variants.items():

@@ -106,7 +106,6 @@ class Request:
         "reason",
         "start_time",
         "state",
-        "timer",
         "total_work",
     )
 
@@ -139,7 +138,6 @@ class Request:
         self.reason = ""
         self.queue: Queue | None = None
         self.on_decided: Callable[[Request], None] | None = None
-        self.timer: Timer | None = None
 
 
 class QueueSet:
@@ -183,6 +181,9 @@ class QueueSet:
         self.executing_sans_queue: set[Request] = set()
         self._heap: list[tuple[int, int, Queue, int]] = []
         self._hands: dict[int, list[int]] = {}
+        self._deadlines: list[tuple[float, int, Request]] = []
+        self._deadline_timer: Timer | None = None
+        self._deadline_at = 0.0
         # Debug counters (dump_priority_levels).
         self.dispatched = 0
         self.rejected = 0
@@ -358,7 +359,7 @@ class QueueSet:
             self._push(queue)
         self.dispatch_as_much_as_possible()
         if req.state == WAITING and wait_deadline is not None:
-            req.timer = self.clock.call_at(wait_deadline, functools.partial(self._time_out, req))
+            self._add_deadline(wait_deadline, req)
         return req
 
     def _dispatch_at_once(self, queue: Queue, req: Request) -> None:
@@ -542,9 +543,6 @@ class QueueSet:
         self.robin_index = queue.index
         self.dispatch_r = self.current_r
         self.latest_s = queue.next_dispatch_r
-        if req.timer is not None:
-            req.timer.cancel()
-            req.timer = None
         now = self.last_real_time
         req.start_time = now
         self._start_executing(req)
@@ -575,9 +573,39 @@ class QueueSet:
         elif value < demand.min:
             demand.min = value
 
+    # ------------------------------------------------------------------ wait deadlines
+    def _add_deadline(self, when: float, req: Request) -> None:
+        """One clock timer per queue set, for the earliest deadline: a heap entry costs a
+        request far less memory than a timer of its own."""
+        deadlines = self._deadlines
+        heapq.heappush(deadlines, (when, next(_entry_seq), req))
+        if self._deadline_timer is None or when < self._deadline_at:
+            self._arm_deadline_timer(when)
+        elif len(deadlines) > 64 and len(deadlines) > 2 * self.tot_requests_waiting:
+            # Dispatched requests leave their entries behind; drop them now and then.
+            self._deadlines = [e for e in deadlines if e[2].state == WAITING]
+            heapq.heapify(self._deadlines)
+
+    def _arm_deadline_timer(self, when: float) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = when
+        self._deadline_timer = self.clock.call_at(when, self._deadlines_due)
+
+    def _deadlines_due(self) -> None:
+        self._deadline_timer = None
+        now = self.clock.now()
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, _, req = heapq.heappop(deadlines)
+            if req.state == WAITING:
+                self.cancel(req, "time-out")
+        while deadlines and deadlines[0][2].state != WAITING:
+            heapq.heappop(deadlines)
+        if deadlines:
+            self._arm_deadline_timer(deadlines[0][0])
+
     # ------------------------------------------------------------------ cancellation
-    def _time_out(self, req: Request) -> None:
-        self.cancel(req, "time-out")
 
     def cancel(self, req: Request, reason: str = "time-out") -> bool:
         """End a wait without executing; False if the request is no longer waiting."""
@@ -588,9 +616,6 @@ class QueueSet:
         assert queue is not None
         req.state = REJECTED
         req.reason = reason
-        if req.timer is not None:
-            req.timer.cancel()
-            req.timer = None
         self._unqueue(queue, req)
         if queue.is_empty():
             self.active_queues -= 1
