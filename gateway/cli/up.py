@@ -55,6 +55,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--quota", type=int, default=100, help="containers per namespace (default 100)"
     )
+    parser.add_argument(
+        "--config",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
+        "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change",
+    )
     parser.set_defaults(func=_up)
 
 
@@ -166,6 +175,8 @@ def _up(args: argparse.Namespace) -> int:
         front_args = ["serve", "--listen", f"{host}:{port}"]
         front_args += ["--upstream", f"http://127.0.0.1:{shared_port}"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
+        if args.config:
+            front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
         front = Child("front door", py + front_args, logs / "front-door.log", announce=False)
         children.append(front)
         if not _wait_http(host, port) or front.proc.poll() is not None:

@@ -47,7 +47,32 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def start_up(port: int, state: Path) -> subprocess.Popen[bytes]:
+TENANTS_CONFIG = """\
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata: {name: platform-tenants}
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 50
+    limitResponse: {type: Queue, queuing: {queues: 16, handSize: 2, queueLengthLimit: 20}}
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: platform-tenants}
+spec:
+  priorityLevelConfiguration: {name: platform-tenants}
+  matchingPrecedence: 500
+  distinguisherMethod: {type: ByUser}
+  rules:
+    - subjects: [{kind: Group, group: {name: system:authenticated}}]
+      nonResourceRules: [{verbs: ["*"], nonResourceURLs: ["*"]}]
+      resourceRules:
+        - {verbs: ["*"], apiGroups: ["*"], resources: ["*"], namespaces: ["*"], clusterScope: true}
+"""
+
+
+def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -60,6 +85,7 @@ def start_up(port: int, state: Path) -> subprocess.Popen[bytes]:
             str(state),
             "--routers",
             "2",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -69,7 +95,9 @@ def start_up(port: int, state: Path) -> subprocess.Popen[bytes]:
 
 async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
-    proc = start_up(port, tmp_path)
+    config = tmp_path / "tenants.yaml"
+    config.write_text(TENANTS_CONFIG)
+    proc = start_up(port, tmp_path, "--config", str(config))
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -108,6 +136,12 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
             assert [a["name"] for a in (await client.get(base + "/actions")).json()] == ["hello"]
             assert (await client.delete(base + "/actions/hello")).status_code == 200
             assert (await client.get(base + "/actions/hello")).status_code == 404
+            # `up --config` reached the front door: the tenants' own level admitted them.
+            metrics = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+            assert (
+                'apiserver_flowcontrol_dispatched_requests_total{flow_schema="platform-tenants",'
+                'priority_level="platform-tenants"}' in metrics
+            )
         family = descendants(proc.pid)
         assert len(family) >= 5  # manager, 2 routers, front door, at least one runtime
     finally:
@@ -124,7 +158,9 @@ async def test_up_killed_hard_still_leaves_nothing(tmp_path: Path) -> None:
     """SIGKILL gives `up` no chance to clean up: its children get SIGTERM from the kernel
     (PR_SET_PDEATHSIG) and the manager removes the runtimes."""
     port = free_port()
-    proc = start_up(port, tmp_path)
+    config = tmp_path / "tenants.yaml"
+    config.write_text(TENANTS_CONFIG)
+    proc = start_up(port, tmp_path, "--config", str(config))
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
