@@ -1,17 +1,22 @@
 """Server-wide request counts by kind (``readOnly`` / ``mutating``), as kube-apiserver exports
 them: the previous second's high watermark of executing and waiting requests, and the
 time-weighted ``read_vs_write_current_requests`` ratio histograms.
+
+On the hot path ``add`` only adds the elapsed time to the current state's total; the
+histograms are folded from those totals when read (``sync``) or when a limit changes.
 """
 
 from __future__ import annotations
-
-import math
 
 from gateway.flowcontrol.clock import Clock
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 
 KINDS = ("readOnly", "mutating")
 PHASES = ("waiting", "executing")
+# Index of each (phase, kind) in the state tuple.
+_SLOTS = {(phase, kind): i for i, (phase, kind) in enumerate(
+    (p, k) for p in PHASES for k in KINDS
+)}  # fmt: skip
 
 
 class _Watermark:
@@ -34,37 +39,63 @@ class _Watermark:
 class RequestKindTracker:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self.marks = {(phase, kind): _Watermark() for phase in PHASES for kind in KINDS}
-        self.ratio = {
-            (phase, kind): TimingHistogram(READ_WRITE_BUCKETS) for phase in PHASES for kind in KINDS
-        }
+        self.marks = {key: _Watermark() for key in _SLOTS}
+        self._marks = [self.marks[key] for key in _SLOTS]
+        self.ratio = {key: TimingHistogram(READ_WRITE_BUCKETS) for key in _SLOTS}
         self.denominators = {"waiting": 1.0, "executing": 1.0}
         self.last = clock.now()
+        self._second = int(self.last)
+        for mark in self._marks:
+            mark.window = self._second
+        self._state = (0, 0, 0, 0)
+        self._segments: dict[tuple[int, int, int, int], float] = {}
 
-    def _advance(self) -> int:
+    def add(self, phase: str, read_only: bool, delta: int) -> None:
         now = self.clock.now()
         dt = now - self.last
         if dt > 0:
-            for (phase, kind), mark in self.marks.items():
-                self.ratio[phase, kind].hold(mark.current / self.denominators[phase], dt)
+            segments = self._segments
+            state = self._state
+            segments[state] = segments.get(state, 0.0) + dt
             self.last = now
-        return math.floor(now)
-
-    def add(self, phase: str, read_only: bool, delta: int) -> None:
-        second = self._advance()
-        mark = self.marks[phase, "readOnly" if read_only else "mutating"]
-        mark.roll(second)
+            second = int(now)
+            if second != self._second:
+                self._second = second
+                for mark in self._marks:
+                    mark.roll(second)
+            if len(segments) > 4096:
+                self._fold()
+        slot = _SLOTS[phase, "readOnly" if read_only else "mutating"]
+        mark = self._marks[slot]
         mark.current += delta
         mark.window_max = max(mark.window_max, mark.current)
+        values = list(self._state)
+        values[slot] = mark.current
+        self._state = (values[0], values[1], values[2], values[3])
+
+    def _fold(self) -> None:
+        dens = [self.denominators[phase] for phase, _ in _SLOTS]
+        hists = [self.ratio[key] for key in _SLOTS]
+        for state, seconds in self._segments.items():
+            for value, den, hist in zip(state, dens, hists, strict=True):
+                hist.hold(value / den, seconds)
+        self._segments.clear()
 
     def set_denominators(self, waiting: float, executing: float) -> None:
         self.sync()
         self.denominators = {"waiting": max(1.0, waiting), "executing": max(1.0, executing)}
 
     def sync(self) -> None:
-        second = self._advance()
-        for mark in self.marks.values():
+        now = self.clock.now()
+        dt = now - self.last
+        if dt > 0:
+            self._segments[self._state] = self._segments.get(self._state, 0.0) + dt
+            self.last = now
+        second = int(now)
+        self._second = max(self._second, second)
+        for mark in self._marks:
             mark.roll(second)
+        self._fold()
 
     def watermark(self, phase: str, kind: str) -> int:
         return self.marks[phase, kind].reported
