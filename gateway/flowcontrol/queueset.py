@@ -345,7 +345,11 @@ class QueueSet:
             and not self.tot_requests_waiting
             and self.tot_seats_in_use < self.concurrency_limit
             and req.final_seats <= self.concurrency_limit
-            and self.can_accommodate(req.max_seats)
+            and (
+                self.tot_seats_in_use + req.max_seats <= self.concurrency_limit
+                if req.max_seats <= self.concurrency_limit
+                else self.tot_requests_executing == 0
+            )  # can_accommodate, inlined (hot path)
         ):
             self._dispatch_at_once(queue, req)
             return req
@@ -409,6 +413,8 @@ class QueueSet:
         hand_size = len(hand)
         offset = self.enqueues % hand_size
         self.enqueues += 1
+        if not self.tot_requests_waiting:
+            return hand[offset]  # every queue's waiting work is 0: the first visited wins
         queues = self.queues
         best = hand[offset]
         best_work = queues[best].total_work_sum
