@@ -379,15 +379,7 @@ class QueueSet:
         stats.queue_length_after_enqueue.observe(1)
         queue.next_dispatch_r = max(queue.next_dispatch_r, req.arrival_r)
         queue.version += 1  # retire heap entries, as _push would
-        self.robin_index = queue.index
-        self.dispatch_r = self.current_r
-        self.latest_s = queue.next_dispatch_r
-        now = self.last_real_time
-        req.start_time = now
-        self._start_executing(req)
-        queue.executing.add(req)
-        queue.seats_in_use += req.max_seats
-        queue.next_dispatch_r += req.total_work
+        now = self._start_from_queue(queue, req)
         stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
@@ -546,6 +538,17 @@ class QueueSet:
             )
             # Seats are held (and later released) at the clipped width, as Kubernetes does.
             req.max_seats = max(req.initial_seats, req.final_seats, 1)
+        now = self._start_from_queue(queue, req)
+        self._bound_next_dispatch(queue)
+        self._push(queue)
+        req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
+        if req.on_decided is not None:
+            req.on_decided(req)
+        return True
+
+    def _start_from_queue(self, queue: Queue, req: Request) -> float:
+        """A request leaves its queue and starts: the dispatch bookkeeping shared by the
+        general dispatch and the arrival fast path. Returns the start time."""
         self.robin_index = queue.index
         self.dispatch_r = self.current_r
         self.latest_s = queue.next_dispatch_r
@@ -555,12 +558,7 @@ class QueueSet:
         queue.executing.add(req)
         queue.seats_in_use += req.max_seats
         queue.next_dispatch_r += req.total_work
-        self._bound_next_dispatch(queue)
-        self._push(queue)
-        req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
-        if req.on_decided is not None:
-            req.on_decided(req)
-        return True
+        return now
 
     def _start_executing(self, req: Request) -> None:
         req.state = EXECUTING
