@@ -6,36 +6,26 @@ from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, RequestInfo, UserInfo
 from gateway.flowcontrol.objects import (
-    DistinguisherMethod,
     ExemptPriorityLevelConfiguration,
     FlowSchema,
-    FlowSchemaSpec,
-    LimitedPriorityLevelConfiguration,
-    LimitResponse,
-    LimitResponseType,
-    NonResourcePolicyRule,
     ObjectMeta,
-    PolicyRulesWithSubjects,
     PriorityLevelConfiguration,
     PriorityLevelConfigurationSpec,
     PriorityLevelType,
-    QueuingConfiguration,
-    Subject,
-    SubjectKind,
 )
 from gateway.flowcontrol.queueset import EXECUTING, WAITING, Request
 from gateway.flowcontrol.stats import TimeIntegrator
 from gateway.testing import FakeEventClock
+from tests.flowcontrol.builders import flow_schema, queuing_level, rule, user
 
 
 def limited_pl(
     name: str, shares: int = 100, lendable: int = 0, borrowing: int | None = None
 ) -> PriorityLevelConfiguration:
-    queuing = LimitResponse(LimitResponseType.QUEUE, QueuingConfiguration(10, 2, 10))
-    spec = LimitedPriorityLevelConfiguration(shares, queuing, lendable, borrowing)
-    return PriorityLevelConfiguration(
-        ObjectMeta(name), PriorityLevelConfigurationSpec(PriorityLevelType.LIMITED, limited=spec)
-    )
+    return queuing_level(
+        name, shares, queues=10, hand_size=2, queue_length_limit=10,
+        lendable_percent=lendable, borrowing_limit_percent=borrowing,
+    )  # fmt: skip
 
 
 def exempt_pl(shares: int = 0, lendable: int = 0) -> PriorityLevelConfiguration:
@@ -45,14 +35,8 @@ def exempt_pl(shares: int = 0, lendable: int = 0) -> PriorityLevelConfiguration:
     )
 
 
-def user_fs(name: str, user: str, level: str, precedence: int = 100) -> FlowSchema:
-    rule = PolicyRulesWithSubjects(
-        (Subject(SubjectKind.USER, user),),
-        non_resource_rules=(NonResourcePolicyRule(("*",), ("*",)),),
-    )
-    return FlowSchema(
-        ObjectMeta(name), FlowSchemaSpec(level, precedence, DistinguisherMethod.BY_USER, (rule,))
-    )
+def user_fs(name: str, user_name: str, level: str, precedence: int = 100) -> FlowSchema:
+    return flow_schema(name, level, rule(user(user_name), resource_rules=()), precedence=precedence)
 
 
 class Harness:
