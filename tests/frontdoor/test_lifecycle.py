@@ -77,21 +77,29 @@ def test_hot_reload_under_load_drops_nothing(
 def _reload_twice(gw: ServerThread, cfg: Path, text: str, before: float, codes: list[int]) -> None:
     """A valid reload, then an invalid one, each while the load keeps running."""
     wait_until(lambda: len(codes) > 50, timeout=30)
-    cfg.write_text(text.replace("nominalConcurrencyShares: 5\n    lendablePercent: 0\n"
+    _replace(cfg, text.replace("nominalConcurrencyShares: 5\n    lendablePercent: 0\n"
                                 "    borrowingLimitPercent: 0\n    limitResponse:\n"
                                 "      type: Queue",
                                 "nominalConcurrencyShares: 50\n    lendablePercent: 0\n"
                                 "    borrowingLimitPercent: 0\n    limitResponse:\n"
                                 "      type: Queue"))  # fmt: skip
-    wait_until(lambda: nominal(gw.url, "tiny-queue") > before)
+    wait_until(lambda: nominal(gw.url, "tiny-queue") > before, timeout=30)
     n = len(codes)
     wait_until(lambda: len(codes) > n + 50, timeout=30)
     # An invalid file is refused; the last good configuration keeps serving.
-    cfg.write_text(text.replace("queueLengthLimit: 1", "queueLengthLimit: -3"))
+    _replace(cfg, text.replace("queueLengthLimit: 1", "queueLengthLimit: -3"))
     wait_until(lambda: "gateway_config_reloads_total{result=\"failure\"} 1.0"
-               in httpx.get(gw.url + "/metrics").text)  # fmt: skip
+               in httpx.get(gw.url + "/metrics").text, timeout=30)  # fmt: skip
     n = len(codes)
     wait_until(lambda: len(codes) > n + 50, timeout=30)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Swap the file in one step (as a ConfigMap update does), so the poller never reads a
+    half-written file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _free_port() -> int:
