@@ -28,6 +28,7 @@ from gateway.asgi.describe import (
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
+from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
@@ -58,6 +59,7 @@ class FlowControlMiddleware:
         describer: RequestDescriber | None = None,
         authenticator: RequestAuthenticator | None = None,
         estimator: Estimator = unit_estimator,
+        borrowing_period: float | None = 10.0,
         request_timeout: float = 60.0,
         status_body: bool = False,
     ) -> None:
@@ -75,6 +77,9 @@ class FlowControlMiddleware:
             authenticator or RequestAuthenticator(), RequestInfoParser()
         )
         self.estimator = estimator
+        # Used only when the middleware builds the controller itself (a factory was given).
+        self.borrowing_period = borrowing_period
+        self.adjuster: BorrowingAdjuster | None = None
         self.request_timeout = request_timeout
         self.status_body = status_body
         self.draining = False
@@ -85,6 +90,13 @@ class FlowControlMiddleware:
         if self._controller is None:
             assert self._factory is not None
             self._controller = self._factory()
+            if self.borrowing_period:
+                # A controller this middleware built is this middleware's to run: borrowing
+                # every period on the controller's clock (first use is on the running loop).
+                self.adjuster = BorrowingAdjuster(
+                    self._controller, self._controller.clock, period=self.borrowing_period
+                )
+                self.adjuster.start()
         return self._controller
 
     def wait_limit(self, digest: RequestDigest) -> float:

@@ -42,6 +42,10 @@ def test_wraps_a_starlette_app() -> None:
         assert r.json() == {"user": "system:anonymous", "verb": "list", "resource": "pods"}
         assert r.headers["x-kubernetes-pf-flowschema-uid"]
         assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+        # The controller it built on first use gets its borrowing adjuster too.
+        middleware: FlowControlMiddleware = server.app
+        assert middleware.adjuster is not None and middleware.adjuster.running
+        assert middleware.adjuster.period == 10.0
     finally:
         server.stop()
 
