@@ -11,6 +11,7 @@ section 2). A store keeps them whole as JSON and indexes only what it filters or
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Protocol
 
@@ -132,3 +133,15 @@ def dedupe_activations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in records:
         latest[activation_key(record)[0]] = record
     return list(latest.values())
+
+
+def dump_doc(doc: dict[str, Any]) -> str:
+    """A document as the stores keep it: compact JSON."""
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def load_doc(text: str) -> dict[str, Any]:
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise StoreError("a stored document is not a JSON object")
+    return doc

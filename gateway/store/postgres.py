@@ -10,7 +10,6 @@ compares it with ``executemany``).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -20,6 +19,8 @@ from gateway.store.base import (
     activation_key,
     check_page,
     dedupe_activations,
+    dump_doc,
+    load_doc,
     stamp_action,
 )
 
@@ -53,17 +54,6 @@ def migrations(schema: str) -> list[tuple[int, list[str]]]:
             ],
         ),
     ]
-
-
-def _dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, separators=(",", ":"))
-
-
-def _loads(text: str) -> dict[str, Any]:
-    doc = json.loads(text)
-    if not isinstance(doc, dict):
-        raise StoreError("a stored document is not a JSON object")
-    return doc
 
 
 class PostgresStore:
@@ -151,7 +141,7 @@ class PostgresStore:
                 )
                 if row is not None and not overwrite:
                     raise Conflict(f"action {namespace}/{name} already exists")
-                stored = stamp_action(namespace, name, doc, _loads(row[0]) if row else None)
+                stored = stamp_action(namespace, name, doc, load_doc(row[0]) if row else None)
                 await conn.execute(
                     f"INSERT INTO {self._actions} (namespace, name, updated, doc) "
                     "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (namespace, name) DO UPDATE "
@@ -159,7 +149,7 @@ class PostgresStore:
                     namespace,
                     name,
                     stored["updated"],
-                    _dumps(stored),
+                    dump_doc(stored),
                 )
                 return stored
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -169,7 +159,7 @@ class PostgresStore:
         rows = await self._fetch(
             f"SELECT doc FROM {self._actions} WHERE namespace = $1 AND name = $2", namespace, name
         )
-        return _loads(rows[0][0]) if rows else None
+        return load_doc(rows[0][0]) if rows else None
 
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
@@ -182,7 +172,7 @@ class PostgresStore:
             limit or None,
             skip,
         )
-        return [_loads(r[0]) for r in rows]
+        return [load_doc(r[0]) for r in rows]
 
     async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
         rows = await self._fetch(
@@ -190,7 +180,7 @@ class PostgresStore:
             namespace,
             name,
         )
-        return _loads(rows[0][0]) if rows else None
+        return load_doc(rows[0][0]) if rows else None
 
     # --- activations --------------------------------------------------------------------
     async def put_activations(self, records: list[dict[str, Any]]) -> None:
@@ -208,7 +198,7 @@ class PostgresStore:
             [k[1] for k in keys],
             [k[2] for k in keys],
             [k[3] for k in keys],
-            [_dumps(r) for r in records],
+            [dump_doc(r) for r in records],
         )
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
@@ -217,7 +207,7 @@ class PostgresStore:
             activation_id,
             namespace,
         )
-        return _loads(rows[0][0]) if rows else None
+        return load_doc(rows[0][0]) if rows else None
 
     async def list_activations(
         self,
@@ -242,4 +232,4 @@ class PostgresStore:
             limit or None,
             skip,
         )
-        return [_loads(r[0]) for r in rows]
+        return [load_doc(r[0]) for r in rows]

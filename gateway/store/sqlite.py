@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +25,8 @@ from gateway.store.base import (
     activation_key,
     check_page,
     dedupe_activations,
+    dump_doc,
+    load_doc,
     now_ms,
     stamp_action,
 )
@@ -62,17 +63,6 @@ _UPSERT_ACTIVATION = """
     INSERT INTO activations (activation_id, namespace, name, start, doc) VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (activation_id) DO UPDATE SET namespace = excluded.namespace,
         name = excluded.name, start = excluded.start, doc = excluded.doc"""
-
-
-def _dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, separators=(",", ":"))
-
-
-def _loads(text: str) -> dict[str, Any]:
-    doc = json.loads(text)
-    if not isinstance(doc, dict):
-        raise StoreError("a stored document is not a JSON object")
-    return doc
 
 
 class SQLiteStore:
@@ -171,12 +161,12 @@ class SQLiteStore:
             ).fetchone()
             if row is not None and not overwrite:
                 raise Conflict(f"action {namespace}/{name} already exists")
-            stored = stamp_action(namespace, name, doc, _loads(row[0]) if row else None)
+            stored = stamp_action(namespace, name, doc, load_doc(row[0]) if row else None)
             conn.execute(
                 "INSERT INTO actions (namespace, name, updated, doc) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (namespace, name) DO UPDATE SET "
                 "updated = excluded.updated, doc = excluded.doc",
-                (namespace, name, stored["updated"], _dumps(stored)),
+                (namespace, name, stored["updated"], dump_doc(stored)),
             )
             return stored
 
@@ -187,7 +177,7 @@ class SQLiteStore:
             row = self.conn.execute(
                 "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
             ).fetchone()
-            return _loads(row[0]) if row else None
+            return load_doc(row[0]) if row else None
 
         return await self._call(get)
 
@@ -202,7 +192,7 @@ class SQLiteStore:
                 "ORDER BY updated DESC, name LIMIT ? OFFSET ?",
                 (namespace, limit or -1, skip),
             )
-            return [_loads(row[0]) for row in rows]
+            return [load_doc(row[0]) for row in rows]
 
         return await self._call(list_)
 
@@ -212,7 +202,7 @@ class SQLiteStore:
                 "DELETE FROM actions WHERE namespace = ? AND name = ? RETURNING doc",
                 (namespace, name),
             ).fetchone()
-            return _loads(row[0]) if row else None
+            return load_doc(row[0]) if row else None
 
         return await self._call(self._write, delete)
 
@@ -220,7 +210,7 @@ class SQLiteStore:
     async def put_activations(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        rows = [(*activation_key(r), _dumps(r)) for r in dedupe_activations(records)]
+        rows = [(*activation_key(r), dump_doc(r)) for r in dedupe_activations(records)]
 
         def put(conn: sqlite3.Connection) -> None:
             conn.executemany(_UPSERT_ACTIVATION, rows)
@@ -233,7 +223,7 @@ class SQLiteStore:
                 "SELECT doc FROM activations WHERE activation_id = ? AND namespace = ?",
                 (activation_id, namespace),
             ).fetchone()
-            return _loads(row[0]) if row else None
+            return load_doc(row[0]) if row else None
 
         return await self._call(get)
 
@@ -261,6 +251,6 @@ class SQLiteStore:
         args += [limit or -1, skip]
 
         def list_() -> list[dict[str, Any]]:
-            return [_loads(row[0]) for row in self.conn.execute(sql, args)]
+            return [load_doc(row[0]) for row in self.conn.execute(sql, args)]
 
         return await self._call(list_)
