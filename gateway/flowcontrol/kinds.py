@@ -50,7 +50,8 @@ class RequestKindTracker:
         self._state = (0, 0, 0, 0)
         self._segments: dict[tuple[int, int, int, int], float] = {}
 
-    def add(self, phase: str, read_only: bool, delta: int) -> None:
+    def _advance(self) -> float:
+        """Credit the time since the last change to the state that held during it."""
         now = self.clock.now()
         dt = now - self.last
         if dt > 0:
@@ -63,8 +64,12 @@ class RequestKindTracker:
                 self._second = second
                 for mark in self._marks:
                     mark.roll(second)
-            if len(segments) > 4096:
-                self._fold()
+        return now
+
+    def add(self, phase: str, read_only: bool, delta: int) -> None:
+        self._advance()
+        if len(self._segments) > 4096:
+            self._fold()
         slot = _SLOTS[phase, "readOnly" if read_only else "mutating"]
         mark = self._marks[slot]
         mark.current += delta
@@ -86,15 +91,9 @@ class RequestKindTracker:
         self.denominators = {"waiting": max(1.0, waiting), "executing": max(1.0, executing)}
 
     def sync(self) -> None:
-        now = self.clock.now()
-        dt = now - self.last
-        if dt > 0:
-            self._segments[self._state] = self._segments.get(self._state, 0.0) + dt
-            self.last = now
-        second = int(now)
-        self._second = max(self._second, second)
+        second = int(self._advance())
         for mark in self._marks:
-            mark.roll(second)
+            mark.roll(second)  # a second with no change at all still closes its window
         self._fold()
 
     def watermark(self, phase: str, kind: str) -> int:

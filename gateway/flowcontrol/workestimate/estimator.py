@@ -75,12 +75,10 @@ class WorkEstimator:
         config = self.config
         verb = info.verb
         if verb in ("list", "watch"):
-            limit = cap if 0 < cap <= config.maximum_list_seats else config.maximum_list_seats
+            limit = _cap(cap, config.maximum_list_seats)
             return Estimate(WorkEstimate(list_seats(info, self.counts, config, limit, self.now())))
         if verb in MUTATING_VERBS:
-            limit = (
-                cap if 0 < cap <= config.maximum_mutating_seats else config.maximum_mutating_seats
-            )
+            limit = _cap(cap, config.maximum_mutating_seats)
             work, count = mutating_work(info, self.watches, config, limit)
             return Estimate(work, watch_count=count)
         return Estimate(UNIT_WORK)
@@ -91,3 +89,8 @@ class WorkEstimator:
         self.counts.observe(
             group_resource(info), info.namespace, item_count, body_bytes, self.now()
         )
+
+
+def _cap(level_cap: int, global_limit: int) -> int:
+    """Kubernetes: the level's max seats, unless unset (0) or above the global limit."""
+    return level_cap if 0 < level_cap <= global_limit else global_limit
