@@ -687,7 +687,9 @@ class QueueSet:
         if queue is None:
             return
         queue.seats_in_use -= seats
-        if len(self.queues) > self.desired_num_queues and queue.is_empty():
+        # index < 0: already removed (an earlier late release of this queue emptied it);
+        # removing "again" would delete whichever queue sits at that index.
+        if queue.index >= 0 and len(self.queues) > self.desired_num_queues and queue.is_empty():
             self._remove_queue(queue)
 
     def _remove_queue(self, queue: Queue) -> None:
