@@ -2,8 +2,10 @@
 ASGI layer that teaches them what only the proxy sees.
 
 kube-apiserver knows its collection sizes and its watches; a gateway learns them: the size of
-each list it proxies (items, plus ``remainingItemCount`` for a paged first page), the watches
-it is proxying right now, and, for adaptive rules, how long each route takes.
+the lists it proxies (items, plus ``remainingItemCount`` for a paged first page; one response
+per collection and ``listLearningInterval``, as kube-apiserver refreshes its counts
+periodically rather than on every request), the watches it is proxying right now, and, for
+adaptive rules, how long each route takes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.flowcontrol.controller import Classification
-from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
+from gateway.flowcontrol.digest import RequestDigest, RequestInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
     AdaptiveEstimator,
     EstimatorConfig,
@@ -90,8 +92,12 @@ class GatewayEstimator:
     def __init__(self, settings: WorkEstimationSettings, now: Callable[[], float]) -> None:
         self.now = now
         self.estimator = build_estimator(settings, now)
+        self.list_learning_interval = settings.list_learning_interval
+        # (group, resource, namespace) -> when a list response was last taken to learn from.
+        self._learning: dict[tuple[str, str, str], float] = {}
 
     def configure(self, settings: WorkEstimationSettings) -> None:
+        self.list_learning_interval = settings.list_learning_interval
         fresh = build_estimator(settings, self.now)
         fresh.counts = self.estimator.counts
         fresh.watches = self.estimator.watches
@@ -110,6 +116,19 @@ class GatewayEstimator:
         if estimate.route is not None:
             scope[ROUTE_KEY] = estimate.route
         return estimate.work
+
+    def should_learn(self, info: RequestInfo) -> bool:
+        """One list response per collection and interval is read for its size; the others
+        pass straight through (reading every response costs more than admission itself)."""
+        now = self.now()
+        key = (info.api_group, info.resource, info.namespace)
+        last = self._learning.get(key)
+        if last is not None and now - last < self.list_learning_interval:
+            return False
+        if len(self._learning) >= 4096:
+            self._learning.clear()
+        self._learning[key] = now
+        return True
 
 
 class LearningApp:
@@ -148,8 +167,9 @@ class LearningApp:
                 if counted:
                     watches.forget(info)
             return
-        if info.query_value("continue"):
-            await self.app(scope, receive, send)  # a later page says nothing about the total
+        if info.query_value("continue") or not self.estimator.should_learn(info):
+            # A later page says nothing about the total; a recent response already told it.
+            await self.app(scope, receive, send)
             return
         await self.app(scope, receive, self._list_recorder(digest, send))
 

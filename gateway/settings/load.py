@@ -234,6 +234,8 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
     for name in ("maximum_list_seats", "maximum_mutating_seats"):
         if getattr(w, name) < 1:
             errors.append(f"workEstimation.{_camel(name)}: must be at least 1")
+    if w.list_learning_interval < 0:
+        errors.append("workEstimation.listLearningInterval: must not be negative")
     a = w.adaptive
     if a.seat_time <= 0:
         errors.append("workEstimation.adaptive.seatTime: must be positive")

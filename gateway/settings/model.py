@@ -83,6 +83,9 @@ class WorkEstimationSettings:
     kubernetes: bool = True
     maximum_list_seats: int = 100
     maximum_mutating_seats: int = 10
+    # How often one collection's size is re-learned from a list response (kube-apiserver
+    # refreshes its object counts from storage once a minute).
+    list_learning_interval: float = 1.0
     rules: tuple[WorkEstimateRuleSettings, ...] = ()
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
 

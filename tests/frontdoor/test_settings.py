@@ -51,6 +51,20 @@ def test_flags_override_documents_and_defaults(tmp_path: Path) -> None:
     assert loaded.flow is None  # no objects given: bootstrap defaults apply
 
 
+def test_work_estimation_settings_are_validated(tmp_path: Path) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + "upstreams: [{url: 'http://127.0.0.1:1'}]\n"
+                 "workEstimation: {listLearningInterval: -1, maximumListSeats: 0}\n")  # fmt: skip
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config([f])
+    errors = exc.value.errors
+    assert f"{f}: document 1: workEstimation.listLearningInterval: must not be negative" in errors
+    assert f"{f}: document 1: workEstimation.maximumListSeats: must be at least 1" in errors
+    f.write_text(HEADER + "upstreams: [{url: 'http://127.0.0.1:1'}]\n"
+                 "workEstimation: {listLearningInterval: 250ms}\n")  # fmt: skip
+    assert load_config([f]).settings.work_estimation.list_learning_interval == 0.25
+
+
 def test_bad_flag_value_is_reported() -> None:
     args = build_parser().parse_args(["serve", "--max-requests-inflight", "x",
                                       "--upstream", "http://127.0.0.1:1"])  # fmt: skip

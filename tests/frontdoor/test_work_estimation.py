@@ -149,6 +149,27 @@ def test_a_list_over_a_large_collection_gets_more_seats(gw: ServerThread) -> Non
     assert (big, small) == (8, 1)
 
 
+def _list_seats(gw: ServerThread, url: str, **params: Any) -> float:
+    before = _work_seats_sum(gw)
+    httpx.get(url, params=params, headers=USER, timeout=10)
+    return _work_seats_sum(gw) - before
+
+
+def test_a_collection_is_relearned_once_per_list_learning_interval(gw: ServerThread) -> None:
+    url = gw.url + "/api/v1/namespaces/churn/pods"
+    app: Gateway = gw.app
+    clock: Any = app.clock
+    assert _list_seats(gw, url, items=5000) == 1  # unknown yet; this response teaches 5000
+    # Within the interval (1 s by default) the next responses are not read: the collection
+    # shrank to 10 items, but the estimate still charges for 5000.
+    assert _list_seats(gw, url, items=10) == 8
+    gw.call(lambda: clock.advance(0.9))
+    assert _list_seats(gw, url, items=10) == 8
+    gw.call(lambda: clock.advance(0.2))
+    assert _list_seats(gw, url, items=10) == 8  # read again: learns 10 items
+    assert _list_seats(gw, url, items=10) == 1
+
+
 def test_mutation_with_watches_holds_final_seats_for_the_additional_latency(
     gw: ServerThread, kube: ServerThread
 ) -> None:
