@@ -9,7 +9,9 @@ are free nothing is dispatched ("no accommodation"), so wide requests are not st
 Differences from the Go code, none of them observable in dispatch order:
 - queues with waiting requests sit in a heap keyed by virtual finish time (stale entries are
   skipped), so choosing the next queue costs O(log queues) instead of a scan of every queue;
-  ties are still broken by round-robin distance exactly as the scan would;
+  ties are still broken by round-robin distance exactly as the scan would. An entry is one int,
+  ``finish R << 32 | queue index`` (ints compare faster than tuples), valid while it equals
+  its queue's ``heap_key``; removing a queue renumbers the others, so it rebuilds the heap;
 - cancelled requests are marked and skipped at the head instead of unlinked from a list;
 - seat-second arithmetic uses Python integers, which do not wrap; the epoch advance still runs
   at the same threshold so long runs behave (and count) the same.
@@ -39,11 +41,15 @@ REJECTED = 2
 FINISHED = 3  # main phase over (seats may still be held for the additional latency)
 
 _entry_seq = itertools.count()
+# Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
+_INDEX_BITS = 32
+_INDEX_MASK = (1 << _INDEX_BITS) - 1
 
 
 class Queue:
     __slots__ = (
         "executing",
+        "heap_key",
         "index",
         "initial_seats_sum",
         "max_seats_sum",
@@ -51,7 +57,6 @@ class Queue:
         "next_dispatch_r",
         "seats_in_use",
         "total_work_sum",
-        "version",
         "waiting",
     )
 
@@ -65,7 +70,9 @@ class Queue:
         self.executing: set[Request] = set()
         self.seats_in_use = 0
         self.next_dispatch_r = 0
-        self.version = 0
+        # The key of this queue's live heap entry (None: none in the heap). Pushing the same
+        # key again is skipped: the entry there is still right.
+        self.heap_key: int | None = None
 
     def head(self) -> Request | None:
         waiting = self.waiting
@@ -179,7 +186,7 @@ class QueueSet:
         self.tot_requests_executing = 0
         self.tot_seats_in_use = 0
         self.executing_sans_queue: set[Request] = set()
-        self._heap: list[tuple[int, int, Queue, int]] = []
+        self._heap: list[int] = []  # finish R << _INDEX_BITS | queue index
         self._hands: dict[int, list[int]] = {}
         self._deadlines: list[tuple[float, int, Request]] = []
         self._deadline_timer: Timer | None = None
@@ -224,6 +231,8 @@ class QueueSet:
         if self.on_segments_full is not None:
             self.on_segments_full()  # fold with the old limits before they change
         if desired_num_queues > 0:
+            if desired_num_queues > _INDEX_MASK:
+                raise ValueError(f"at most {_INDEX_MASK} queues (heap entries hold the index)")
             while len(self.queues) < desired_num_queues:
                 self.queues.append(Queue(len(self.queues)))
             self.queue_length_limit = queue_length_limit
@@ -378,7 +387,6 @@ class QueueSet:
         stats = req.flow_stats
         stats.queue_length_after_enqueue.observe(1)
         queue.next_dispatch_r = max(queue.next_dispatch_r, req.arrival_r)
-        queue.version += 1  # retire heap entries, as _push would
         now = self._start_from_queue(queue, req)
         stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
@@ -457,14 +465,15 @@ class QueueSet:
         head = queue.head()
         if head is None:
             return
-        queue.version += 1
-        heapq.heappush(
-            self._heap,
-            (queue.next_dispatch_r + head.total_work, next(_entry_seq), queue, queue.version),
-        )
+        key = (queue.next_dispatch_r + head.total_work) << _INDEX_BITS | queue.index
+        if key != queue.heap_key:
+            queue.heap_key = key
+            heapq.heappush(self._heap, key)
 
     def _rebuild_heap(self) -> None:
         self._heap.clear()
+        for queue in self.queues:
+            queue.heap_key = None
         for queue in self.queues:
             self._push(queue)
 
@@ -483,43 +492,54 @@ class QueueSet:
         ):
             pass
 
-    def _pop_valid(self) -> tuple[int, int, Queue, int] | None:
-        heap = self._heap
+    def _pop_valid(self) -> int | None:
+        """Pop the smallest live entry (its queue's ``heap_key`` becomes None), or None."""
+        heap, queues = self._heap, self.queues
+        pop = heapq.heappop
         while heap:
-            entry = heap[0]
-            queue = entry[2]
-            if entry[3] == queue.version and queue.n_waiting and queue.index >= 0:
-                return heapq.heappop(heap)
-            heapq.heappop(heap)
+            key = pop(heap)
+            queue = queues[key & _INDEX_MASK]
+            if key == queue.heap_key:
+                queue.heap_key = None
+                if queue.n_waiting:
+                    return key
         return None
+
+    def _repush(self, key: int) -> None:
+        """Put back a popped live entry (its queue's state has not changed since)."""
+        self.queues[key & _INDEX_MASK].heap_key = key
+        heapq.heappush(self._heap, key)
 
     def _find_dispatch_queue(self) -> Queue | None:
         first = self._pop_valid()
         if first is None:
             return None
-        ties = [first]
-        heap = self._heap
-        while heap and heap[0][0] == first[0]:
-            entry = self._pop_valid()
-            if entry is None:
-                break
-            if entry[0] != first[0]:
-                heapq.heappush(heap, entry)
-                break
-            ties.append(entry)
         chosen = first
-        if len(ties) > 1:
-            nq = len(self.queues)
-            start = self.robin_index + 1
-            chosen = min(ties, key=lambda e: (e[2].index - start) % nq)
-        for entry in ties:
-            if entry is not chosen:
-                heapq.heappush(heap, entry)
-        queue = chosen[2]
+        heap = self._heap
+        # Keys below ``bound`` have the same finish R as ``first``: a tie.
+        bound = ((first >> _INDEX_BITS) + 1) << _INDEX_BITS
+        if heap and heap[0] < bound:
+            ties = [first]
+            while heap and heap[0] < bound:
+                key = self._pop_valid()
+                if key is None:
+                    break
+                if key >= bound:
+                    self._repush(key)
+                    break
+                ties.append(key)
+            if len(ties) > 1:
+                nq = len(self.queues)
+                start = self.robin_index + 1
+                chosen = min(ties, key=lambda k: ((k & _INDEX_MASK) - start) % nq)
+                for key in ties:
+                    if key != chosen:
+                        self._repush(key)
+        queue = self.queues[chosen & _INDEX_MASK]
         head = queue.head()
         assert head is not None
         if not self.can_accommodate(head.max_seats):
-            heapq.heappush(heap, chosen)
+            self._repush(chosen)
             head.flow_stats.no_accommodation += 1
             return None
         return queue
@@ -700,6 +720,7 @@ class QueueSet:
             q.index -= 1
         if self.robin_index >= index:
             self.robin_index -= 1
+        self._rebuild_heap()  # entries name queues by index
 
     # ------------------------------------------------------------------ introspection
     @property
