@@ -189,6 +189,14 @@ class FlowControlMiddleware:
             return
         controller.kinds.add("executing", read_only, 1)
         admission = Admission(controller, classification, req, read_only=read_only, watch=watch)
+        if not watch and kind == "http" and self._app_adds_headers:
+            # The common case, without _run's coroutine: the app adds the PF headers itself.
+            scope[RESPONSE_HEADERS_KEY] = pf_headers
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                admission.release()
+            return
         await self._run(None, admission, scope, receive, send, pf_headers, watch)
 
     async def _run(
@@ -203,13 +211,6 @@ class FlowControlMiddleware:
     ) -> None:
         """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
         websocket = scope["type"] == "websocket"
-        if cm is None and not watch and not websocket and self._app_adds_headers:
-            scope[RESPONSE_HEADERS_KEY] = pf_headers
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                admission.release()
-            return
 
         async def send_with_headers(message: Message) -> None:
             t = message["type"]

@@ -17,6 +17,7 @@ PHASES = ("waiting", "executing")
 _SLOTS = {(phase, kind): i for i, (phase, kind) in enumerate(
     (p, k) for p in PHASES for k in KINDS
 )}  # fmt: skip
+_BY_FLAGS = {(phase, kind == "readOnly"): slot for (phase, kind), slot in _SLOTS.items()}
 
 
 class _Watermark:
@@ -47,8 +48,8 @@ class RequestKindTracker:
         self._second = int(self.last)
         for mark in self._marks:
             mark.window = self._second
-        self._state = (0, 0, 0, 0)
-        self._segments: dict[tuple[int, int, int, int], float] = {}
+        self._state: tuple[int, ...] = (0, 0, 0, 0)
+        self._segments: dict[tuple[int, ...], float] = {}
 
     def _advance(self) -> float:
         """Credit the time since the last change to the state that held during it."""
@@ -67,16 +68,29 @@ class RequestKindTracker:
         return now
 
     def add(self, phase: str, read_only: bool, delta: int) -> None:
-        self._advance()
-        if len(self._segments) > 4096:
-            self._fold()
-        slot = _SLOTS[phase, "readOnly" if read_only else "mutating"]
+        # _advance, inlined: this runs twice per admitted request.
+        now = self.clock.now()
+        dt = now - self.last
+        state = self._state
+        if dt > 0:
+            segments = self._segments
+            segments[state] = segments.get(state, 0.0) + dt
+            self.last = now
+            second = int(now)
+            if second != self._second:
+                self._second = second
+                for m in self._marks:
+                    m.roll(second)
+            if len(segments) > 4096:
+                self._fold()
+        slot = _BY_FLAGS[phase, read_only]
         mark = self._marks[slot]
-        mark.current += delta
-        mark.window_max = max(mark.window_max, mark.current)
-        values = list(self._state)
-        values[slot] = mark.current
-        self._state = (values[0], values[1], values[2], values[3])
+        current = mark.current + delta
+        mark.current = current
+        mark.window_max = max(mark.window_max, current)
+        values = [*state]
+        values[slot] = current
+        self._state = tuple(values)
 
     def _fold(self) -> None:
         dens = [self.denominators[phase] for phase, _ in _SLOTS]

@@ -30,13 +30,22 @@ class RequestView:
     query: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Estimate:
     work: WorkEstimate
     # Set when the adaptive estimator should learn from this request's service time.
     route: str | None = None
     # Interested watches seen by the mutating estimator (``watch_count_samples``).
     watch_count: int | None = None
+
+
+# Shared answers for the common widths: an estimate is immutable, so most requests allocate none.
+_UNIT = Estimate(UNIT_WORK)
+_BY_SEATS = (_UNIT, *(Estimate(WorkEstimate(n)) for n in range(1, 257)))
+
+
+def _seats(seats: int) -> Estimate:
+    return _BY_SEATS[seats] if 0 < seats < 257 else Estimate(WorkEstimate(seats))
 
 
 class WorkEstimator:
@@ -71,17 +80,17 @@ class WorkEstimator:
                     return Estimate(rule.work)
         info = digest.info
         if not self.kubernetes or not info.is_resource_request:
-            return Estimate(UNIT_WORK)
+            return _UNIT
         config = self.config
         verb = info.verb
         if verb in ("list", "watch"):
             limit = _cap(cap, config.maximum_list_seats)
-            return Estimate(WorkEstimate(list_seats(info, self.counts, config, limit, self.now())))
+            return _seats(list_seats(info, self.counts, config, limit, self.now()))
         if verb in MUTATING_VERBS:
             limit = _cap(cap, config.maximum_mutating_seats)
             work, count = mutating_work(info, self.watches, config, limit)
             return Estimate(work, watch_count=count)
-        return Estimate(UNIT_WORK)
+        return _UNIT
 
     def observe_list(self, digest: RequestDigest, item_count: int, body_bytes: int) -> None:
         """Learn a collection's size from a complete list response the gateway proxied."""
