@@ -368,8 +368,7 @@ class QueueSet:
             # A new head. Behind an existing head neither the head nor next_dispatch_r
             # changes, so the queue's heap entry stays valid and pushing again would only
             # leave a stale entry behind (memory and pops per queued request).
-            self._bound_next_dispatch(queue)
-            self._push(queue)
+            self._requeue(queue)
         self.dispatch_as_much_as_possible()
         if req.state == WAITING and wait_deadline is not None:
             self._add_deadline(wait_deadline, req)
@@ -453,14 +452,21 @@ class QueueSet:
         stats.inqueue_requests -= 1
         stats.inqueue_seats -= req.max_seats
 
-    @staticmethod
-    def _bound_next_dispatch(queue: Queue) -> None:
-        """Anti-windup: a queue's next dispatch R is never behind its head's arrival R."""
-        head = queue.head()
-        if head is not None and queue.next_dispatch_r < head.arrival_r:
-            queue.next_dispatch_r = head.arrival_r
-
     # ------------------------------------------------------------------ dispatch
+    def _requeue(self, queue: Queue) -> None:
+        """After a change at the queue's head or in its next dispatch R: anti-windup (the
+        next dispatch R is never behind the head's arrival R), then the heap entry."""
+        head = queue.head()
+        if head is None:
+            return
+        r = queue.next_dispatch_r
+        if r < head.arrival_r:
+            r = queue.next_dispatch_r = head.arrival_r
+        key = (r + head.total_work) << _INDEX_BITS | queue.index
+        if key != queue.heap_key:
+            queue.heap_key = key
+            heapq.heappush(self._heap, key)
+
     def _push(self, queue: Queue) -> None:
         head = queue.head()
         if head is None:
@@ -511,14 +517,27 @@ class QueueSet:
         heapq.heappush(self._heap, key)
 
     def _find_dispatch_queue(self) -> Queue | None:
-        first = self._pop_valid()
-        if first is None:
+        """The queue to dispatch from, or None. Without a tie its entry stays at the top of
+        the heap (``heap_key`` set) for ``_dispatch_one`` to replace in one sift."""
+        heap, queues = self._heap, self.queues
+        while heap:
+            first = heap[0]
+            queue = queues[first & _INDEX_MASK]
+            if first == queue.heap_key:
+                if queue.n_waiting:
+                    break
+                queue.heap_key = None
+            heapq.heappop(heap)
+        else:
             return None
         chosen = first
-        heap = self._heap
-        # Keys below ``bound`` have the same finish R as ``first``: a tie.
+        # Keys below ``bound`` have the same finish R as ``first``: a tie. The second
+        # smallest entry is one of the top's two children.
         bound = ((first >> _INDEX_BITS) + 1) << _INDEX_BITS
-        if heap and heap[0] < bound:
+        n = len(heap)
+        if (n > 1 and heap[1] < bound) or (n > 2 and heap[2] < bound):
+            heapq.heappop(heap)
+            queue.heap_key = None
             ties = [first]
             while heap and heap[0] < bound:
                 key = self._pop_valid()
@@ -535,11 +554,12 @@ class QueueSet:
                 for key in ties:
                     if key != chosen:
                         self._repush(key)
-        queue = self.queues[chosen & _INDEX_MASK]
+                queue = queues[chosen & _INDEX_MASK]
         head = queue.head()
         assert head is not None
         if not self.can_accommodate(head.max_seats):
-            self._repush(chosen)
+            if queue.heap_key is None:
+                self._repush(chosen)
             head.flow_stats.no_accommodation += 1
             return None
         return queue
@@ -559,8 +579,21 @@ class QueueSet:
             # Seats are held (and later released) at the clipped width, as Kubernetes does.
             req.max_seats = max(req.initial_seats, req.final_seats, 1)
         now = self._start_from_queue(queue, req)
-        self._bound_next_dispatch(queue)
-        self._push(queue)
+        if queue.heap_key is None:
+            self._requeue(queue)
+        else:  # its entry is still the heap's top: replace it
+            head = queue.head()
+            if head is None:
+                heapq.heappop(self._heap)
+                queue.heap_key = None
+            else:
+                r = queue.next_dispatch_r
+                if r < head.arrival_r:
+                    r = queue.next_dispatch_r = head.arrival_r
+                key = (r + head.total_work) << _INDEX_BITS | queue.index
+                if key != queue.heap_key:
+                    queue.heap_key = key
+                    heapq.heapreplace(self._heap, key)
         req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
@@ -650,8 +683,7 @@ class QueueSet:
         # As Kubernetes: a request that waited is observed with execute="true".
         stats.wait_seconds["true"].observe(now - req.arrival_time)
         self._note_demand()
-        self._bound_next_dispatch(queue)
-        self._push(queue)
+        self._requeue(queue)
         if self.on_reject is not None:
             self.on_reject()
         if req.on_decided is not None:
@@ -678,8 +710,7 @@ class QueueSet:
                 req.initial_seats, self.estimated_service - service
             )
             if queue.n_waiting:
-                self._bound_next_dispatch(queue)
-                self._push(queue)
+                self._requeue(queue)
             elif not queue.executing:
                 self.active_queues -= 1
         else:
