@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from gateway.flowcontrol.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
@@ -147,6 +149,8 @@ class Request:
         self.on_decided: Callable[[Request], None] | None = None
 
 
+# Tests subclass it (a reference scan dispatcher); the compiled build must allow that.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueueSet:
     """``desired_num_queues``: -1 exempt (never limited), 0 reject when full, >= 1 queue."""
 
@@ -299,7 +303,7 @@ class QueueSet:
 
     def _note_demand(self) -> None:
         demand = self.demand
-        value = self.tot_seats_in_use + self.tot_seats_waiting
+        value = float(self.tot_seats_in_use + self.tot_seats_waiting)
         demand.value = value
         if value > demand.max:
             demand.max = value
@@ -623,7 +627,7 @@ class QueueSet:
         stats.executing_requests += 1
         stats.executing_seats += req.max_seats
         demand = self.demand  # inlined _note_demand (hot path)
-        value = self.tot_seats_in_use + self.tot_seats_waiting
+        value = float(self.tot_seats_in_use + self.tot_seats_waiting)
         demand.value = value
         if value > demand.max:
             demand.max = value
