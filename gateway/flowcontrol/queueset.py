@@ -191,7 +191,10 @@ class QueueSet:
         self.tot_seats_in_use = 0
         self.executing_sans_queue: set[Request] = set()
         self._heap: list[int] = []  # finish R << _INDEX_BITS | queue index
-        self._hands: dict[int, list[int]] = {}
+        # Hands as tuples of shared index ints (one object per queue index, not per card):
+        # a look-up then touches far fewer cache lines (ints above 256 are not cached).
+        self._hands: dict[int, tuple[int, ...]] = {}
+        self._cards: list[int] = []
         self._deadlines: list[tuple[float, int, Request]] = []
         self._deadline_timer: Timer | None = None
         self._deadline_at = 0.0
@@ -248,6 +251,7 @@ class QueueSet:
             ):
                 self.dealer = Dealer(desired_num_queues, hand_size)
                 self._hands.clear()
+                self._cards = list(range(desired_num_queues))
         # Queueless levels keep the old queue length limit and hand size so old queues drain.
         self.desired_num_queues = desired_num_queues
         self.concurrency_limit = concurrency_limit
@@ -409,7 +413,8 @@ class QueueSet:
         hand = self._hands.get(hash_value)
         if hand is None:
             assert self.dealer is not None
-            hand = self.dealer.deal(hash_value)
+            cards = self._cards
+            hand = tuple([cards[card] for card in self.dealer.deal(hash_value)])
             if len(self._hands) >= 131072:  # ~100k flows stay dealt (about 20 MB)
                 self._hands.clear()
             self._hands[hash_value] = hand
