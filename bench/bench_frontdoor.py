@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PATH = "/api/v1/namespaces/default/pods"
+OFF = ("--enable-priority-and-fairness=false",)
 
 UPSTREAM_APP = """
 import uvicorn
@@ -98,8 +99,12 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 @contextlib.contextmanager
-def process(args: list[str], port: int) -> Iterator[None]:
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def process(args: list[str], port: int, tree: Path = ROOT) -> Iterator[None]:
+    """Run a variant from ``tree`` (the checkout, or a copy built with the compiled hot path)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(
+        args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     PIDS[port] = [proc.pid]
     try:
         wait_port(port)
@@ -299,6 +304,10 @@ def main() -> int:
         "--transports", action="store_true", help="compare upstream transports instead (APF off)"
     )
     parser.add_argument(
+        "--compiled", action="store_true",
+        help="also run APF off/on from a copy built with the compiled hot path (setup.py)",
+    )  # fmt: skip
+    parser.add_argument(
         "--in-process", action="store_true",
         help="per-request cost of the gateway app without sockets: APF off / shell / on",
     )  # fmt: skip
@@ -327,11 +336,15 @@ def main() -> int:
             )
     else:
         variants["nginx"] = nginx(ports["nginx"], up)
-        variants["apf-off"] = process(
-            gateway_args(ports["apf-off"], up, "--enable-priority-and-fairness=false"),
-            ports["apf-off"],
-        )
+        variants["apf-off"] = process(gateway_args(ports["apf-off"], up, *OFF), ports["apf-off"])
         variants["apf-on"] = process(gateway_args(ports["apf-on"], up), ports["apf-on"])
+        if args.compiled:
+            from gateway.compiled import build_tree
+
+            tree = build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
+            for name, extra in (("apf-off-compiled", OFF), ("apf-on-compiled", ())):
+                ports[name] = free_port()
+                variants[name] = process(gateway_args(ports[name], up, *extra), ports[name], tree)
     env = {**os.environ}
     upstream = subprocess.Popen(
         [PY, "-c", UPSTREAM_APP, str(up)], env=env, stdout=subprocess.DEVNULL
@@ -355,6 +368,13 @@ def main() -> int:
         on, off, ngx = (results[k]["cpu"] for k in ("apf-on", "apf-off", "nginx"))
         print(f"CPU per request, APF off / APF on (capacity ratio): {ratio(off, on)}")
         print(f"CPU per request, nginx / APF on (capacity ratio):   {ratio(ngx, on)}")
+        if args.compiled:
+            con, coff = (results[k] for k in ("apf-on-compiled", "apf-off-compiled"))
+            print(f"compiled: APF on / APF off: {ratio(con['rps'], coff['rps'])}")
+            plain_off = results["apf-off"]["rps"]
+            print(f"compiled: APF on / APF off (interpreted): {ratio(con['rps'], plain_off)}")
+            print(f"compiled: CPU per request, APF off / APF on: {ratio(coff['cpu'], con['cpu'])}")
+            print(f"compiled: APF on / nginx: {ratio(con['rps'], results['nginx']['rps'])}")
     return 0
 
 

@@ -314,6 +314,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     gateway.enable_reload(loaded, args.config, overrides)
     gateway.on_startup.append(tune_gc)
+    from gateway.compiled import compiled_modules
+
+    compiled = compiled_modules()
+    logging.getLogger("gateway.serve").info(
+        "admission hot path: %s",
+        f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
+    )
     config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):
