@@ -68,6 +68,9 @@ class FlowControlMiddleware:
         if describer is not None and authenticator is not None:
             raise ValueError("pass either describer or authenticator, not both")
         self.app = app
+        # An inner app that can pick a lighter app per request (LearningApp.select: most
+        # requests skip its layer); called once the request is admitted and estimated.
+        self._select: Callable[[Scope], ASGIApp] | None = getattr(app, "select", None)
         self._app_adds_headers = bool(getattr(app, "adds_response_headers", False))
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.
@@ -192,8 +195,9 @@ class FlowControlMiddleware:
         if not watch and kind == "http" and self._app_adds_headers:
             # The common case, without _run's coroutine: the app adds the PF headers itself.
             scope[RESPONSE_HEADERS_KEY] = pf_headers
+            app = self.app if self._select is None else self._select(scope)
             try:
-                await self.app(scope, receive, send)
+                await app(scope, receive, send)
             finally:
                 admission.release()
             return
@@ -211,6 +215,7 @@ class FlowControlMiddleware:
     ) -> None:
         """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
         websocket = scope["type"] == "websocket"
+        app = self.app if self._select is None else self._select(scope)
 
         async def send_with_headers(message: Message) -> None:
             t = message["type"]
@@ -226,12 +231,12 @@ class FlowControlMiddleware:
 
         if cm is None:
             try:
-                await self.app(scope, receive, send_with_headers)
+                await app(scope, receive, send_with_headers)
             finally:
                 admission.release()
             return
         try:
-            await self.app(scope, receive, send_with_headers)
+            await app(scope, receive, send_with_headers)
         except BaseException as exc:
             if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
                 raise

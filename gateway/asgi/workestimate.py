@@ -132,7 +132,12 @@ class GatewayEstimator:
 
 
 class LearningApp:
-    """Sits between flow control and the proxy; passes everything through unchanged."""
+    """Sits between flow control and the proxy; passes everything through unchanged.
+
+    ``select`` picks, per request, the inner app itself or one of the learning wrappers, so a
+    caller that uses it (flow control does) adds no layer to requests there is nothing to
+    learn from - most of them.
+    """
 
     def __init__(self, app: ASGIApp, estimator: GatewayEstimator) -> None:
         self.app = app
@@ -140,38 +145,50 @@ class LearningApp:
         self.adds_response_headers = bool(getattr(app, "adds_response_headers", False))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.select(scope)(scope, receive, send)
+
+    def select(self, scope: Scope) -> ASGIApp:
         digest: RequestDigest | None = scope.get(DIGEST_KEY)
-        route = scope.get(ROUTE_KEY)
-        if digest is None or (route is None and digest.info.verb not in ("list", "watch")):
-            await self.app(scope, receive, send)
-            return
+        if digest is None:
+            return self.app
+        if scope.get(ROUTE_KEY) is not None:
+            return self._timed
         info = digest.info
-        if route is not None:
-            started = time.monotonic()
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                adaptive = self.estimator.estimator.adaptive
-                if adaptive is not None:
-                    adaptive.observe(route, time.monotonic() - started)
-            return
-        if not info.is_resource_request or not self.estimator.estimator.kubernetes:
-            await self.app(scope, receive, send)
-            return
-        if info.verb == "watch":
-            watches = self.estimator.estimator.watches
-            counted = watches.register(info)
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                if counted:
-                    watches.forget(info)
-            return
+        verb = info.verb
+        if (
+            verb not in ("list", "watch")
+            or not info.is_resource_request
+            or not self.estimator.estimator.kubernetes
+        ):
+            return self.app
+        if verb == "watch":
+            return self._watched
         if info.query_value("continue") or not self.estimator.should_learn(info):
             # A later page says nothing about the total; a recent response already told it.
+            return self.app
+        return self._listed
+
+    async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        try:
             await self.app(scope, receive, send)
-            return
-        await self.app(scope, receive, self._list_recorder(digest, send))
+        finally:
+            adaptive = self.estimator.estimator.adaptive
+            if adaptive is not None:
+                adaptive.observe(scope[ROUTE_KEY], time.monotonic() - started)
+
+    async def _watched(self, scope: Scope, receive: Receive, send: Send) -> None:
+        info = scope[DIGEST_KEY].info
+        watches = self.estimator.estimator.watches
+        counted = watches.register(info)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if counted:
+                watches.forget(info)
+
+    async def _listed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, self._list_recorder(scope[DIGEST_KEY], send))
 
     def _list_recorder(self, digest: RequestDigest, send: Send) -> Send:
         chunks: list[bytes] = []
