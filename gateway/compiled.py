@@ -19,6 +19,7 @@ COMPILED_MODULES = (
     "gateway/flowcontrol/queueset.py",
     "gateway/flowcontrol/level.py",
     "gateway/flowcontrol/controller.py",
+    "gateway/flowcontrol/hold.py",
     "gateway/flowcontrol/workestimate/kube.py",
     "gateway/flowcontrol/workestimate/estimator.py",
     "gateway/asgi/workestimate.py",
