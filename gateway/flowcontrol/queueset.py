@@ -20,11 +20,11 @@ Differences from the Go code, none of them observable in dispatch order:
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -474,7 +474,7 @@ class QueueSet:
         key = (r + head.total_work) << _INDEX_BITS | queue.index
         if key != queue.heap_key:
             queue.heap_key = key
-            heapq.heappush(self._heap, key)
+            heappush(self._heap, key)
 
     def _push(self, queue: Queue) -> None:
         head = queue.head()
@@ -483,7 +483,7 @@ class QueueSet:
         key = (queue.next_dispatch_r + head.total_work) << _INDEX_BITS | queue.index
         if key != queue.heap_key:
             queue.heap_key = key
-            heapq.heappush(self._heap, key)
+            heappush(self._heap, key)
 
     def _rebuild_heap(self) -> None:
         self._heap.clear()
@@ -510,9 +510,8 @@ class QueueSet:
     def _pop_valid(self) -> int | None:
         """Pop the smallest live entry (its queue's ``heap_key`` becomes None), or None."""
         heap, queues = self._heap, self.queues
-        pop = heapq.heappop
         while heap:
-            key = pop(heap)
+            key = heappop(heap)
             queue = queues[key & _INDEX_MASK]
             if key == queue.heap_key:
                 queue.heap_key = None
@@ -523,7 +522,7 @@ class QueueSet:
     def _repush(self, key: int) -> None:
         """Put back a popped live entry (its queue's state has not changed since)."""
         self.queues[key & _INDEX_MASK].heap_key = key
-        heapq.heappush(self._heap, key)
+        heappush(self._heap, key)
 
     def _find_dispatch_queue(self) -> Queue | None:
         """The queue to dispatch from, or None. Without a tie its entry stays at the top of
@@ -536,7 +535,7 @@ class QueueSet:
                 if queue.n_waiting:
                     break
                 queue.heap_key = None
-            heapq.heappop(heap)
+            heappop(heap)
         else:
             return None
         chosen = first
@@ -545,7 +544,7 @@ class QueueSet:
         bound = ((first >> _INDEX_BITS) + 1) << _INDEX_BITS
         n = len(heap)
         if (n > 1 and heap[1] < bound) or (n > 2 and heap[2] < bound):
-            heapq.heappop(heap)
+            heappop(heap)
             queue.heap_key = None
             ties = [first]
             while heap and heap[0] < bound:
@@ -593,7 +592,7 @@ class QueueSet:
         else:  # its entry is still the heap's top: replace it
             head = queue.head()
             if head is None:
-                heapq.heappop(self._heap)
+                heappop(self._heap)
                 queue.heap_key = None
             else:
                 r = queue.next_dispatch_r
@@ -602,7 +601,7 @@ class QueueSet:
                 key = (r + head.total_work) << _INDEX_BITS | queue.index
                 if key != queue.heap_key:
                     queue.heap_key = key
-                    heapq.heapreplace(self._heap, key)
+                    heapreplace(self._heap, key)
         req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
@@ -644,13 +643,13 @@ class QueueSet:
         """One clock timer per queue set, for the earliest deadline: a heap entry costs a
         request far less memory than a timer of its own."""
         deadlines = self._deadlines
-        heapq.heappush(deadlines, (when, next(_entry_seq), req))
+        heappush(deadlines, (when, next(_entry_seq), req))
         if self._deadline_timer is None or when < self._deadline_at:
             self._arm_deadline_timer(when)
         elif len(deadlines) > 64 and len(deadlines) > 2 * self.tot_requests_waiting:
             # Dispatched requests leave their entries behind; drop them now and then.
             self._deadlines = [e for e in deadlines if e[2].state == WAITING]
-            heapq.heapify(self._deadlines)
+            heapify(self._deadlines)
 
     def _arm_deadline_timer(self, when: float) -> None:
         if self._deadline_timer is not None:
@@ -663,11 +662,11 @@ class QueueSet:
         now = self.clock.now()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, _, req = heapq.heappop(deadlines)
+            _, _, req = heappop(deadlines)
             if req.state == WAITING:
                 self.cancel(req, "time-out")
         while deadlines and deadlines[0][2].state != WAITING:
-            heapq.heappop(deadlines)
+            heappop(deadlines)
         if deadlines:
             self._arm_deadline_timer(deadlines[0][0])
 
