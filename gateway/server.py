@@ -238,6 +238,15 @@ class Gateway:
         authenticator = build_authenticator(new)
         parser = build_parser(new)
         self._apply_flow(loaded)
+        if new.server_concurrency_limit != old.server_concurrency_limit:
+            # The pool is sized from the admitted concurrency, so it must not lag behind it.
+            resize = getattr(self.transport, "set_max_connections", None)
+            if resize is not None:
+                resize(new.server_concurrency_limit)
+            else:
+                log.warning(
+                    "the %s transport keeps its pool size until restart", new.proxy.transport
+                )
         self.describer.authenticator = authenticator
         self.describer.parser = parser
         self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)

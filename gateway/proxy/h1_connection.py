@@ -231,10 +231,23 @@ class Pool:
 
     def _released(self) -> None:
         self.active -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> bool:
         while self.waiters:
             fut = self.waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
+                return True
+        return False
+
+    def resize(self, limit: int) -> None:
+        """A new admitted concurrency: waiters that now fit go ahead; a smaller limit only
+        stops new connections (busy ones finish, idle ones are kept)."""
+        self.limit = limit
+        room = len(self.waiters) if not limit else limit - self.active
+        for _ in range(room):
+            if not self._wake_one():
                 break
 
     def forget(self, conn: Conn) -> None:

@@ -11,6 +11,7 @@ it fires early), so a steady stream costs no timer churn.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -75,6 +76,13 @@ class H1UpstreamTransport:
             if len(self._targets) < 1024:
                 self._targets[base] = found
         return found
+
+    def set_max_connections(self, limit: int) -> None:
+        """Follow the admitted concurrency after a reload (long-running pools stay unbounded)."""
+        self.limits = dataclasses.replace(self.limits, max_connections=limit)
+        for (_, _, long_running), pool in self._pools.items():
+            if not long_running:
+                pool.resize(limit)
 
     def _pool(self, host: str, port: int, long_running: bool) -> Pool:
         key = (host, port, long_running)

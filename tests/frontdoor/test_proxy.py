@@ -8,12 +8,15 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.frontdoor.conftest import ServerThread, start_gateway
+from gateway.server import Gateway
+from gateway.settings.sources import load_config
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
 
 APF_OFF = {"enablePriorityAndFairness": False}
 
@@ -246,3 +249,24 @@ def test_unusual_upstream_responses(
         finally:
             gw.stop()
     assert (r.status_code, r.text) == (200, "hello, until EOF")
+
+
+def test_reload_resizes_the_connection_pool_with_the_admitted_concurrency(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    base = {"upstreams": [{"url": upstream.url}], **APF_OFF, "proxy": {"transport": "h1"}}
+    small = {**base, "maxRequestsInflight": 2, "maxMutatingRequestsInflight": 1}
+    gw = start_gateway(small)  # pool of 3 upstream connections
+    gateways.append(gw)
+    app: Gateway = gw.app
+    larger = load_config([], {**base, "maxRequestsInflight": 5, "maxMutatingRequestsInflight": 1})
+    gw.call(lambda: app.apply(larger))
+    with ThreadPoolExecutor(5) as pool:
+        calls = [pool.submit(httpx.get, f"{gw.url}/hold/{i}", timeout=10) for i in range(5)]
+        try:
+            # All five admitted requests reach the upstream: none waits for a connection.
+            wait_until(lambda: len(holding(upstream)) == 5)
+        finally:
+            for i in range(5):
+                httpx.get(f"{upstream.url}/release/{i}")
+        assert [c.result().status_code for c in calls] == [200] * 5
