@@ -17,7 +17,9 @@ PHASES = ("waiting", "executing")
 _SLOTS = {(phase, kind): i for i, (phase, kind) in enumerate(
     (p, k) for p in PHASES for k in KINDS
 )}  # fmt: skip
-_BY_FLAGS = {(phase, kind == "readOnly"): slot for (phase, kind), slot in _SLOTS.items()}
+# add() computes the slot as base + (0 read-only, 1 mutating): no tuple key on the hot path.
+_PHASE_BASE = {phase: _SLOTS[phase, "readOnly"] for phase in PHASES}
+assert all(_SLOTS[p, "mutating"] == _PHASE_BASE[p] + 1 for p in PHASES)
 
 
 class _Watermark:
@@ -83,7 +85,7 @@ class RequestKindTracker:
                     m.roll(second)
             if len(segments) > 4096:
                 self._fold()
-        slot = _BY_FLAGS[phase, read_only]
+        slot = _PHASE_BASE[phase] + (0 if read_only else 1)
         mark = self._marks[slot]
         current = mark.current + delta
         mark.current = current
