@@ -726,7 +726,9 @@ class QueueSet:
         if req.additional_latency <= 0:
             self._release_seats(req)
         else:
-            self.clock.call_later(req.additional_latency, functools.partial(self._release_later, req))
+            self.clock.call_later(
+                req.additional_latency, functools.partial(self._release_later, req)
+            )
         if self.tot_requests_waiting:
             self.dispatch_as_much_as_possible()
             return False
