@@ -190,7 +190,7 @@ class FlowControlMiddleware:
             refusal = Rejected(req.reason or "time-out", classification, retry_after)
             await self._reject(kind, send, refusal, pf_headers)
             return
-        controller.kinds.add("executing", read_only, 1)
+        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
         admission = Admission(controller, classification, req, read_only=read_only, watch=watch)
         if not watch and kind == "http" and self._app_adds_headers:
             # The common case, without _run's coroutine: the app adds the PF headers itself.

@@ -99,6 +99,9 @@ class FlowController:
         self.kinds = RequestKindTracker(clock)
         self._mandatory = mandatory
         self._cache: dict[tuple[Any, ...], Classification] = {}
+        # Front doors reuse digest objects for repeated requests: by identity first (an int
+        # key), then by value. Entries hold their digest, so an id is never reused while cached.
+        self._by_digest: dict[int, tuple[RequestDigest, Classification]] = {}
         # Called after every re-digest (the borrowing adjuster hooks in here).
         self.on_digest: list[Callable[[], None]] = []
         self.apply(config if config is not None else self._bootstrap_defaults())
@@ -152,6 +155,7 @@ class FlowController:
             fs.name: object_uid("FlowSchema", fs.name, fs.metadata.uid) for fs in ordered
         }
         self._cache.clear()
+        self._by_digest.clear()
         self._set_limits()
 
     def _set_limits(self) -> None:
@@ -183,6 +187,16 @@ class FlowController:
 
     # ------------------------------------------------------------------ classification
     def classify(self, digest: RequestDigest) -> Classification:
+        seen = self._by_digest.get(id(digest))
+        if seen is not None and seen[0] is digest:
+            return seen[1]
+        found = self._classify_cached(digest)
+        if len(self._by_digest) >= CLASSIFICATION_CACHE_SIZE:
+            self._by_digest.clear()
+        self._by_digest[id(digest)] = (digest, found)
+        return found
+
+    def _classify_cached(self, digest: RequestDigest) -> Classification:
         user = digest.user
         info = digest.info
         if info.is_resource_request:

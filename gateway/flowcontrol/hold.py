@@ -40,8 +40,7 @@ class Admission:
         controller = self.controller
         req = self.request
         stats = self.classification.flow_stats
-        stats.execution_seconds["watch" if self.watch else "regular"].observe(
-            controller.clock.now() - req.start_time
-        )
-        controller.kinds.add("executing", self.read_only, -1)
+        now = controller.clock.now()
+        stats.execution_seconds["watch" if self.watch else "regular"].observe(now - req.start_time)
+        controller.kinds.add("executing", self.read_only, -1, now)
         controller.finish(self.classification, req)
