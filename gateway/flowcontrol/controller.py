@@ -32,6 +32,8 @@ from gateway.flowcontrol.stats import FlowStats
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
 DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
 CLASSIFICATION_CACHE_SIZE = 65536
+# The identity cache keeps its digests alive; as many as the front door's digest cache holds.
+DIGEST_CACHE_SIZE = 8192
 
 
 class ObjectSet(Protocol):
@@ -191,7 +193,7 @@ class FlowController:
         if seen is not None and seen[0] is digest:
             return seen[1]
         found = self._classify_cached(digest)
-        if len(self._by_digest) >= CLASSIFICATION_CACHE_SIZE:
+        if len(self._by_digest) >= DIGEST_CACHE_SIZE:
             self._by_digest.clear()
         self._by_digest[id(digest)] = (digest, found)
         return found
