@@ -164,3 +164,16 @@ def test_quiescing_level_reaped_when_idle_by_cancellation_and_time_out() -> None
     assert timed.state == REJECTED and timed.reason == "time-out"
     assert cls.level.qs.is_idle
     assert "q" not in c.levels
+
+
+def test_classification_caches_follow_a_reconfiguration() -> None:
+    c, _ = controller()
+    first = c.classify(ALICE)
+    assert c.classify(ALICE) is first  # the same digest object: the identity cache
+    twin = resource_request("alice")
+    assert twin is not ALICE and c.classify(twin) is first  # an equal digest: the value cache
+    moved = flow_schema("fq", "other", rule(user("alice")), precedence=10)
+    c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(moved, FO)))
+    again = c.classify(ALICE)
+    assert again is not first and again.priority_level == "other"
+    assert c.classify(twin).priority_level == "other"
