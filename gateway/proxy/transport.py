@@ -7,8 +7,9 @@ Exception tree (raised ``from`` the client library's own exception)::
     ├── UpstreamTimeout        connect, pool or read timeout                 -> 504
     └── UpstreamProtocolError  malformed or truncated response               -> 502
 
-The implementations (``aiohttp``, ``httpx``, ``httpx-aiohttp``) were measured against each other;
-see docs/decisions/0001-proxy-transport.md for why ``aiohttp`` is the default.
+The implementations (``h1``, ``aiohttp``, ``httpx``, ``httpx-aiohttp``) were measured against each
+other; see docs/decisions/0001-proxy-transport.md for why ``h1`` (our own HTTP/1.1 client on
+httptools) is the default.
 """
 
 from __future__ import annotations
