@@ -86,7 +86,9 @@ class FlowControlMiddleware:
         self.request_timeout = request_timeout
         self.status_body = status_body
         self.draining = False
-        self._uid_headers: dict[str, list[tuple[bytes, bytes]]] = {}
+        # Classifications are cached by the controller, so their identity (an int key, with an
+        # identity check) finds the headers without building and hashing a string per request.
+        self._uid_headers: dict[int, tuple[Classification, list[tuple[bytes, bytes]]]] = {}
 
     @property
     def controller(self) -> FlowController:
@@ -126,7 +128,7 @@ class FlowControlMiddleware:
         found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
         if len(self._uid_headers) > 4096:
             self._uid_headers.clear()
-        self._uid_headers[c.fs_uid + c.pl_uid] = found
+        self._uid_headers[id(c)] = (c, found)
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -154,8 +156,10 @@ class FlowControlMiddleware:
         work = (
             UNIT_WORK if estimator is unit_estimator else estimator(digest, classification, scope)
         )
-        pf_headers = self._uid_headers.get(classification.fs_uid + classification.pl_uid)
-        if pf_headers is None:
+        seen = self._uid_headers.get(id(classification))
+        if seen is not None and seen[0] is classification:
+            pf_headers = seen[1]
+        else:
             pf_headers = self._headers(classification)
         info = digest.info
         verb = info.verb

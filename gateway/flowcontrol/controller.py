@@ -290,9 +290,12 @@ class FlowController:
     ) -> bool:
         return classification.level.qs.cancel(req, reason)
 
-    def finish(self, classification: Classification, req: Request) -> None:
+    def finish(
+        self, classification: Classification, req: Request, now: float | None = None
+    ) -> None:
+        """``now``: the caller's clock reading, when it just took one (saves a read)."""
         level = classification.level
-        if level.qs.finish(req):
+        if level.qs.finish(req, now):
             self._reap(level)
 
     def _reap(self, level: PriorityLevel) -> None:

@@ -41,6 +41,6 @@ class Admission:
         req = self.request
         stats = self.classification.flow_stats
         now = controller.clock.now()
-        stats.execution_seconds["watch" if self.watch else "regular"].observe(now - req.start_time)
+        (stats.exec_watch if self.watch else stats.exec_regular).observe(now - req.start_time)
         controller.kinds.add("executing", self.read_only, -1, now)
-        controller.finish(self.classification, req)
+        controller.finish(self.classification, req, now)

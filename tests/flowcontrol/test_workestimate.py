@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
     AdaptiveEstimator,
     EstimatorConfig,
+    ObjectCountTracker,
     RequestView,
     RuleMatch,
     WorkEstimator,
@@ -157,3 +160,32 @@ def test_adaptive_estimator_learns_route_cost() -> None:
     assert e.estimate(d, 0, view).work.initial_seats == 4
     adaptive.observe("slow", 10.0)
     assert e.estimate(d, 0, view).work.initial_seats == 10
+
+
+def test_object_count_tracker_falls_back_expires_and_reads_the_clock_only_when_found() -> None:
+    reads: list[float] = []
+
+    def clock(at: float) -> Callable[[], float]:
+        def now() -> float:
+            reads.append(at)
+            return at
+
+        return now
+
+    t = ObjectCountTracker(ttl=10.0)
+    assert t.get("pods", "a", clock(0.0)) is None
+    assert reads == []  # nothing learned for the resource: no clock read
+    t.observe("pods", "", 100, 1000, 0.0)
+    t.observe("pods", "a", 5, 50, 1.0)
+    t.observe("deployments.apps", "a", 7, 70, 1.0)
+    assert len(t) == 3
+    assert t.get("configmaps", "a", clock(0.0)) is None and reads == []
+    found = t.get("pods", "a", clock(2.0))
+    assert found is not None and found.count == 5
+    found = t.get("pods", "b", clock(2.0))  # no namespace count: the cluster-wide one
+    assert found is not None and found.count == 100
+    assert t.get("pods", "a", clock(11.5)) is None  # expired, and no fallback then
+    assert t.get("pods", "b", clock(10.5)) is None
+    found = t.get("deployments.apps", "", clock(2.0))
+    assert found is None  # a namespace's count is no cluster-wide count
+    assert reads == [2.0, 2.0, 11.5, 10.5]

@@ -85,7 +85,7 @@ class WorkEstimator:
         verb = info.verb
         if verb in ("list", "watch"):
             limit = _cap(cap, config.maximum_list_seats)
-            return _seats(list_seats(info, self.counts, config, limit, self.now()))
+            return _seats(list_seats(info, self.counts, config, limit, self.now))
         if verb in MUTATING_VERBS:
             limit = _cap(cap, config.maximum_mutating_seats)
             work, count = mutating_work(info, self.watches, config, limit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.flowcontrol.digest import RequestInfo, WorkEstimate
@@ -50,24 +51,32 @@ class ObjectCountTracker:
 
     def __init__(self, ttl: float = 3600.0) -> None:
         self.ttl = ttl
-        self._counts: dict[tuple[str, str], _Count] = {}
+        # resource -> namespace -> count: string keys (hashes cached), no tuple per look-up.
+        self._counts: dict[str, dict[str, _Count]] = {}
 
     def observe(
         self, resource: str, namespace: str, count: int, body_bytes: int, now: float
     ) -> None:
         avg = body_bytes / count if count > 0 else 0.0
-        self._counts[resource, namespace] = _Count(count, avg, now)
+        by_namespace = self._counts.get(resource)
+        if by_namespace is None:
+            by_namespace = self._counts[resource] = {}
+        by_namespace[namespace] = _Count(count, avg, now)
 
-    def get(self, resource: str, namespace: str, now: float) -> _Count | None:
-        found = self._counts.get((resource, namespace))
+    def get(self, resource: str, namespace: str, now: Callable[[], float]) -> _Count | None:
+        """``now`` is called only when a count is found (to check its age)."""
+        by_namespace = self._counts.get(resource)
+        if by_namespace is None:
+            return None
+        found = by_namespace.get(namespace)
         if found is None and namespace:
-            found = self._counts.get((resource, ""))
-        if found is None or now - found.seen > self.ttl:
+            found = by_namespace.get("")
+        if found is None or now() - found.seen > self.ttl:
             return None
         return found
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return sum(len(by_namespace) for by_namespace in self._counts.values())
 
 
 def _watch_key(info: RequestInfo) -> tuple[str, str, str, str]:
@@ -143,8 +152,9 @@ def list_seats(
     tracker: ObjectCountTracker,
     config: EstimatorConfig,
     cap: int,
-    now: float,
+    now: Callable[[], float],
 ) -> int:
+    """``now``: the clock, read only if a learned count has to be checked for age."""
     if info.verb == "watch":
         send_initial = info.query_value("sendInitialEvents") == "true"
         legacy = info.query_value("resourceVersion") in ("", "0")
