@@ -9,11 +9,12 @@ histograms are folded from those totals when read (``sync``) or when a limit cha
 from __future__ import annotations
 
 from gateway.flowcontrol.clock import Clock
+from gateway.flowcontrol.queueset import SEGMENT_BITS, SegmentKey, segment_key, segment_state
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 
 KINDS = ("readOnly", "mutating")
 PHASES = ("waiting", "executing")
-# Index of each (phase, kind) in the state tuple.
+# Index of each (phase, kind) in the state (and its field in the state's segment key).
 _SLOTS = {(phase, kind): i for i, (phase, kind) in enumerate(
     (p, k) for p in PHASES for k in KINDS
 )}  # fmt: skip
@@ -50,8 +51,9 @@ class RequestKindTracker:
         self._second = int(self.last)
         for mark in self._marks:
             mark.window = self._second
-        self._state: tuple[int, ...] = (0, 0, 0, 0)
-        self._segments: dict[tuple[int, ...], float] = {}
+        # The current state's ``segment_key``: its four counts in _SLOTS order.
+        self._key: SegmentKey = segment_key(0, 0, 0, 0)
+        self._segments: dict[SegmentKey, float] = {}
 
     def _advance(self) -> float:
         """Credit the time since the last change to the state that held during it."""
@@ -59,8 +61,8 @@ class RequestKindTracker:
         dt = now - self.last
         if dt > 0:
             segments = self._segments
-            state = self._state
-            segments[state] = segments.get(state, 0.0) + dt
+            key = self._key
+            segments[key] = segments.get(key, 0.0) + dt
             self.last = now
             second = int(now)
             if second != self._second:
@@ -75,10 +77,10 @@ class RequestKindTracker:
         if now is None:
             now = self.clock.now()
         dt = now - self.last
-        state = self._state
+        key = self._key
         if dt > 0:
             segments = self._segments
-            segments[state] = segments.get(state, 0.0) + dt
+            segments[key] = segments.get(key, 0.0) + dt
             self.last = now
             second = int(now)
             if second != self._second:
@@ -92,15 +94,18 @@ class RequestKindTracker:
         current = mark.current + delta
         mark.current = current
         mark.window_max = max(mark.window_max, current)
-        values = [*state]
-        values[slot] = current
-        self._state = tuple(values)
+        if isinstance(key, int) and current >> SEGMENT_BITS == 0:
+            # Every count was and stays in range: only this slot's field changes, by delta.
+            self._key = key + (delta << slot * SEGMENT_BITS)
+        else:
+            ms = self._marks
+            self._key = segment_key(ms[0].current, ms[1].current, ms[2].current, ms[3].current)
 
     def _fold(self) -> None:
         dens = [self.denominators[phase] for phase, _ in _SLOTS]
         hists = [self.ratio[key] for key in _SLOTS]
-        for state, seconds in self._segments.items():
-            for value, den, hist in zip(state, dens, hists, strict=True):
+        for key, seconds in self._segments.items():
+            for value, den, hist in zip(segment_state(key), dens, hists, strict=True):
                 hist.hold(value / den, seconds)
         self._segments.clear()
 

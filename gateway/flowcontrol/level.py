@@ -11,7 +11,7 @@ from gateway.flowcontrol.objects import (
     PriorityLevelConfiguration,
     PriorityLevelType,
 )
-from gateway.flowcontrol.queueset import QueueSet
+from gateway.flowcontrol.queueset import QueueSet, segment_state
 from gateway.flowcontrol.retry_after import DroppedRequests
 from gateway.flowcontrol.seats import round_half_up
 from gateway.flowcontrol.stats import (
@@ -188,7 +188,8 @@ class PriorityLevel:
         executing = self.request_utilization["executing"].hold
         demand_ratio = self.demand_seats.hold
         demand = qs.demand
-        for (seats_in_use, req_exec, req_wait, seats_wait), dt in segments.items():
+        for key, dt in segments.items():
+            seats_in_use, req_exec, req_wait, seats_wait = segment_state(key)
             seat_util(seats_in_use / den, dt)
             waiting(req_wait / wait_den, dt)
             executing(req_exec / den, dt)

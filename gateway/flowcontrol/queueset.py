@@ -46,6 +46,30 @@ _entry_seq = itertools.count()
 # Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
 _INDEX_BITS = 32
 _INDEX_MASK = (1 << _INDEX_BITS) - 1
+# State segment keys: four small non-negative counts packed into one int, SEGMENT_BITS each
+# (an int hashes and compares much faster than a 4-tuple); a state with a count outside
+# [0, 2**SEGMENT_BITS) keeps its tuple. Either way each state has exactly one key.
+SEGMENT_BITS = 15
+SEGMENT_MASK = (1 << SEGMENT_BITS) - 1
+SegmentKey = int | tuple[int, int, int, int]
+
+
+def segment_key(a: int, b: int, c: int, d: int) -> SegmentKey:
+    if (a | b | c | d) >> SEGMENT_BITS == 0:
+        return a | b << SEGMENT_BITS | c << 2 * SEGMENT_BITS | d << 3 * SEGMENT_BITS
+    return (a, b, c, d)
+
+
+def segment_state(key: SegmentKey) -> tuple[int, int, int, int]:
+    """The four counts of a ``segment_key``."""
+    if isinstance(key, int):
+        return (
+            key & SEGMENT_MASK,
+            key >> SEGMENT_BITS & SEGMENT_MASK,
+            key >> 2 * SEGMENT_BITS & SEGMENT_MASK,
+            key >> 3 * SEGMENT_BITS,
+        )
+    return key
 
 
 class Queue:
@@ -206,7 +230,8 @@ class QueueSet:
         # waiting) -> seconds, folded into timing histograms by ``gateway.flowcontrol.level``.
         # Summing per state keeps the hot path to one dict update and the fold to the few
         # distinct states (time-weighted histograms do not depend on the order of segments).
-        self.segments: dict[tuple[int, int, int, int], float] = {}
+        # Keyed by ``segment_key`` (decode with ``segment_state``).
+        self.segments: dict[SegmentKey, float] = {}
         self.on_segments_full: Callable[[], None] | None = None
         # Called on every rejection (immediate or at the end of a wait): Retry-After history.
         self.on_reject: Callable[[], None] | None = None
@@ -278,13 +303,19 @@ class QueueSet:
                 if self.current_r >= HIGH_R:
                     self._advance_epoch()
             segments = self.segments
-            state = (
-                seats_in_use,
-                self.tot_requests_executing,
-                self.tot_requests_waiting,
-                seats_waiting,
-            )
-            segments[state] = segments.get(state, 0.0) + dt
+            executing = self.tot_requests_executing
+            waiting = self.tot_requests_waiting
+            key: SegmentKey  # segment_key, inlined (hot path)
+            if (seats_in_use | executing | waiting | seats_waiting) >> SEGMENT_BITS == 0:
+                key = (
+                    seats_in_use
+                    | executing << SEGMENT_BITS
+                    | waiting << 2 * SEGMENT_BITS
+                    | seats_waiting << 3 * SEGMENT_BITS
+                )
+            else:
+                key = (seats_in_use, executing, waiting, seats_waiting)
+            segments[key] = segments.get(key, 0.0) + dt
             if len(segments) >= 4096 and self.on_segments_full is not None:
                 self.on_segments_full()
         return now
