@@ -6,18 +6,20 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
+from typing import Final
+
 from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Scope, Send
 
-DIGEST_KEY = "gateway.digest"
+DIGEST_KEY: Final = "gateway.digest"
 # True for every long-running request, watches included (the proxy gives them their own pool).
-LONG_RUNNING_KEY = "gateway.long_running"
+LONG_RUNNING_KEY: Final = "gateway.long_running"
 # Headers the app itself must add to its response (set only for apps that declare
 # ``adds_response_headers = True``; others get them through a wrapped ``send``).
-RESPONSE_HEADERS_KEY = "gateway.response_headers"
+RESPONSE_HEADERS_KEY: Final = "gateway.response_headers"
 
 
 class RequestDescriber:

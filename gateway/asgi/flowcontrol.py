@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator, Unauthorized
 from gateway.asgi.describe import (
@@ -37,11 +38,11 @@ from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
 Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
-FS_HEADER = b"x-kubernetes-pf-flowschema-uid"
-PL_HEADER = b"x-kubernetes-pf-prioritylevel-uid"
-MAX_WAIT = 60.0
+FS_HEADER: Final = b"x-kubernetes-pf-flowschema-uid"
+PL_HEADER: Final = b"x-kubernetes-pf-prioritylevel-uid"
+MAX_WAIT: Final = 60.0
 # Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
-MAX_BUFFERED_BODY = 1024 * 1024
+MAX_BUFFERED_BODY: Final = 1024 * 1024
 
 
 def unit_estimator(

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.flowcontrol.controller import Classification
@@ -32,8 +32,8 @@ from gateway.settings.model import WorkEstimationSettings
 
 log = logging.getLogger(__name__)
 
-ROUTE_KEY = "gateway.work_route"
-MAX_LEARNED_LIST_BYTES = 16 * 1024 * 1024
+ROUTE_KEY: Final = "gateway.work_route"
+MAX_LEARNED_LIST_BYTES: Final = 16 * 1024 * 1024
 
 
 def _pairs(items: tuple[str, ...], *, lower: bool) -> tuple[tuple[str, str], ...]:

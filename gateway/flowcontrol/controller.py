@@ -11,7 +11,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from gateway.flowcontrol.borrowing import update_borrowing
 from gateway.flowcontrol.classify import flow_schema_matches, matching_order
@@ -31,9 +31,9 @@ from gateway.flowcontrol.stats import FlowStats
 
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
 DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
-CLASSIFICATION_CACHE_SIZE = 65536
+CLASSIFICATION_CACHE_SIZE: Final = 65536
 # The identity cache keeps its digests alive; as many as the front door's digest cache holds.
-DIGEST_CACHE_SIZE = 8192
+DIGEST_CACHE_SIZE: Final = 8192
 
 
 class ObjectSet(Protocol):

@@ -7,9 +7,10 @@ door builds them (authentication + path parsing), the core only reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 # Verbs that only read (the rest are "mutating"), as kube-apiserver's request_kind label uses.
-READ_ONLY_VERBS = frozenset({"get", "list", "watch"})
+READ_ONLY_VERBS: Final = frozenset({"get", "list", "watch"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class WorkEstimate:
         object.__setattr__(self, "max_seats", max(self.initial_seats, self.final_seats, 1))
 
 
-UNIT_WORK = WorkEstimate()
+UNIT_WORK: Final = WorkEstimate()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,18 +8,20 @@ histograms are folded from those totals when read (``sync``) or when a limit cha
 
 from __future__ import annotations
 
+from typing import Final
+
 from gateway.flowcontrol.clock import Clock
 from gateway.flowcontrol.queueset import SEGMENT_BITS, SegmentKey, segment_key, segment_state
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 
-KINDS = ("readOnly", "mutating")
-PHASES = ("waiting", "executing")
+KINDS: Final = ("readOnly", "mutating")
+PHASES: Final = ("waiting", "executing")
 # Index of each (phase, kind) in the state (and its field in the state's segment key).
-_SLOTS = {(phase, kind): i for i, (phase, kind) in enumerate(
+_SLOTS: Final = {(phase, kind): i for i, (phase, kind) in enumerate(
     (p, k) for p in PHASES for k in KINDS
 )}  # fmt: skip
 # add() computes the slot as base + (0 read-only, 1 mutating): no tuple key on the hot path.
-_PHASE_BASE = {phase: _SLOTS[phase, "readOnly"] for phase in PHASES}
+_PHASE_BASE: Final = {phase: _SLOTS[phase, "readOnly"] for phase in PHASES}
 assert all(_SLOTS[p, "mutating"] == _PHASE_BASE[p] + 1 for p in PHASES)
 
 

@@ -25,7 +25,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -37,20 +37,22 @@ from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
 
 ESTIMATED_SERVICE_DURATION = 0.003  # G, seconds
 
-WAITING = 0
-EXECUTING = 1
-REJECTED = 2
-FINISHED = 3  # main phase over (seats may still be held for the additional latency)
+# Module constants on the hot path are Final: the compiled build then inlines them (or reads a
+# C static) instead of looking them up in the module's globals on every use.
+WAITING: Final = 0
+EXECUTING: Final = 1
+REJECTED: Final = 2
+FINISHED: Final = 3  # main phase over (seats may still be held for the additional latency)
 
 _entry_seq = itertools.count()
 # Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
-_INDEX_BITS = 32
-_INDEX_MASK = (1 << _INDEX_BITS) - 1
+_INDEX_BITS: Final = 32
+_INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
 # State segment keys: four small non-negative counts packed into one int, SEGMENT_BITS each
 # (an int hashes and compares much faster than a 4-tuple); a state with a count outside
 # [0, 2**SEGMENT_BITS) keeps its tuple. Either way each state has exactly one key.
-SEGMENT_BITS = 15
-SEGMENT_MASK = (1 << SEGMENT_BITS) - 1
+SEGMENT_BITS: Final = 15
+SEGMENT_MASK: Final = (1 << SEGMENT_BITS) - 1
 SegmentKey = int | tuple[int, int, int, int]
 
 

@@ -7,12 +7,13 @@ Integers keep long runs exact. Go's ``math.Round`` rounds halves away from zero;
 from __future__ import annotations
 
 import math
+from typing import Final
 
-SCALE = 100_000_000  # units per seat-second
-MAX_SEAT_SECONDS = 2**64 - 1
+SCALE: Final = 100_000_000  # units per seat-second
+MAX_SEAT_SECONDS: Final = 2**64 - 1
 # Epoch advance (overflow guard) thresholds from the queueset.
-R_DECREMENT = MAX_SEAT_SECONDS // 2
-HIGH_R = R_DECREMENT + R_DECREMENT // 2
+R_DECREMENT: Final = MAX_SEAT_SECONDS // 2
+HIGH_R: Final = R_DECREMENT + R_DECREMENT // 2
 
 
 def round_half_up(x: float) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.workestimate.adaptive import AdaptiveEstimator
@@ -17,7 +18,7 @@ from gateway.flowcontrol.workestimate.kube import (
 )
 from gateway.flowcontrol.workestimate.rules import WorkRule
 
-MUTATING_VERBS = frozenset({"create", "update", "patch", "delete"})
+MUTATING_VERBS: Final = frozenset({"create", "update", "patch", "delete"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,8 @@ class Estimate:
 
 
 # Shared answers for the common widths: an estimate is immutable, so most requests allocate none.
-_UNIT = Estimate(UNIT_WORK)
-_BY_SEATS = (_UNIT, *(Estimate(WorkEstimate(n)) for n in range(1, 257)))
+_UNIT: Final = Estimate(UNIT_WORK)
+_BY_SEATS: Final = (_UNIT, *(Estimate(WorkEstimate(n)) for n in range(1, 257)))
 
 
 def _seats(seats: int) -> Estimate:
