@@ -153,7 +153,7 @@ class Request:
         descr: Any,
         now: float,
         arrival_r: int,
-        estimated_service: float,
+        initial_work: int,
     ) -> None:
         self.initial_seats = work.initial_seats
         self.final_seats = work.final_seats
@@ -161,7 +161,7 @@ class Request:
         self.max_seats = work.max_seats
         final, latency = work.final_seats, work.additional_latency
         self.final_work = seats_times_duration(final, latency) if final and latency else 0
-        self.total_work = _initial_work(work.initial_seats, estimated_service) + self.final_work
+        self.total_work = initial_work + self.final_work
         self.fs_name = fs_name
         self.distinguisher = distinguisher
         self.flow_stats = flow_stats
@@ -362,6 +362,7 @@ class QueueSet:
     ) -> Request:
         """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
         now = self.sync_time()
+        seats = work.initial_seats
         req = Request(
             work,
             fs_name,
@@ -370,7 +371,10 @@ class QueueSet:
             descr,
             now,
             self.current_r,
-            self.estimated_service,
+            # Most requests are one seat wide: their work is precomputed, no cache look-up.
+            self.estimated_service_ss
+            if seats == 1
+            else _initial_work(seats, self.estimated_service),
         )
         seats_hist = flow_stats.work_estimated_seats  # inlined Histogram.observe (hot path)
         seats_hist.counts[bisect_left(seats_hist.buckets, req.max_seats)] += 1
