@@ -23,6 +23,9 @@ _SLOTS: Final = {(phase, kind): i for i, (phase, kind) in enumerate(
 # add() computes the slot as base + (0 read-only, 1 mutating): no tuple key on the hot path.
 _PHASE_BASE: Final = {phase: _SLOTS[phase, "readOnly"] for phase in PHASES}
 assert all(_SLOTS[p, "mutating"] == _PHASE_BASE[p] + 1 for p in PHASES)
+_WAITING_BASE: Final = 0
+_EXECUTING_BASE: Final = 2
+assert _PHASE_BASE == {"waiting": _WAITING_BASE, "executing": _EXECUTING_BASE}
 
 
 class _Watermark:
@@ -91,7 +94,14 @@ class RequestKindTracker:
                     m.roll(second)
             if len(segments) > 4096:
                 self._fold()
-        slot = _PHASE_BASE[phase] + (0 if read_only else 1)
+        # _PHASE_BASE[phase], without a dict look-up (the same KeyError for another phase).
+        if phase == "executing":
+            base = _EXECUTING_BASE
+        elif phase == "waiting":
+            base = _WAITING_BASE
+        else:
+            raise KeyError(phase)
+        slot = base + (0 if read_only else 1)
         mark = self._marks[slot]
         current = mark.current + delta
         mark.current = current
