@@ -40,3 +40,12 @@ def test_watermark_reports_the_previous_seconds_maximum() -> None:
     kinds.sync()
     assert kinds.watermark("executing", "mutating") == 1
     assert kinds.watermark("waiting", "readOnly") == 0
+
+
+def test_an_unknown_phase_is_a_key_error() -> None:
+    kinds = RequestKindTracker(FakeEventClock(start=1.0))
+    with pytest.raises(KeyError):
+        kinds.add("running", True, 1)
+    kinds.add("waiting", False, 1)
+    kinds.add("executing", False, 2)
+    assert [m.current for m in kinds.marks.values()] == [0, 1, 0, 2]
