@@ -91,6 +91,8 @@ class FlowController:
         if server_concurrency_limit <= 0:
             raise ValueError("server concurrency limit must be positive")
         self.clock = clock
+        # ``clock.now``, bound once: the release path reads it without attribute look-ups.
+        self.now: Callable[[], float] = clock.now
         self.server_cl = server_concurrency_limit
         self.estimated_service = estimated_service
         self.levels: dict[str, PriorityLevel] = {}

@@ -40,7 +40,7 @@ class Admission:
         controller = self.controller
         req = self.request
         stats = self.classification.flow_stats
-        now = controller.clock.now()
+        now = controller.now()
         (stats.exec_watch if self.watch else stats.exec_regular).observe(now - req.start_time)
         controller.kinds.add("executing", self.read_only, -1, now)
         controller.finish(self.classification, req, now)

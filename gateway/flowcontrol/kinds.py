@@ -8,6 +8,7 @@ histograms are folded from those totals when read (``sync``) or when a limit cha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from gateway.flowcontrol.clock import Clock
@@ -48,6 +49,7 @@ class _Watermark:
 class RequestKindTracker:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        self._now: Callable[[], float] = clock.now  # bound once (no look-ups per read)
         self.marks = {key: _Watermark() for key in _SLOTS}
         self._marks = [self.marks[key] for key in _SLOTS]
         self.ratio = {key: TimingHistogram(READ_WRITE_BUCKETS) for key in _SLOTS}
@@ -80,7 +82,7 @@ class RequestKindTracker:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
         # _advance, inlined: this runs twice per admitted request.
         if now is None:
-            now = self.clock.now()
+            now = self._now()
         dt = now - self.last
         key = self._key
         if dt > 0:

@@ -200,6 +200,8 @@ class QueueSet:
     ) -> None:
         self.name = name
         self.clock = clock
+        # The bound reader, kept: a read then skips the attribute look-ups on the clock object.
+        self._now: Callable[[], float] = clock.now
         self.estimated_service = estimated_service
         self.estimated_service_ss = seats_times_duration(1, estimated_service)
         self.queues: list[Queue] = []
@@ -294,7 +296,7 @@ class QueueSet:
     def sync_time(self, now: float | None = None) -> float:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
         if now is None:
-            now = self.clock.now()
+            now = self._now()
         dt = now - self.last_real_time
         if dt > 0:
             self.last_real_time = now
