@@ -35,9 +35,6 @@ from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
 from gateway.flowcontrol.shufflesharding import Dealer
 from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
 
-# Final: the compiled build calls it from a C static, not via a globals look-up per call.
-_bisect_left: Final = bisect_left
-
 ESTIMATED_SERVICE_DURATION = 0.003  # G, seconds
 
 # Module constants on the hot path are Final: the compiled build then inlines them (or reads a
@@ -382,7 +379,11 @@ class QueueSet:
             else _initial_work(seats, self.estimated_service),
         )
         seats_hist = flow_stats.work_estimated_seats  # inlined Histogram.observe (hot path)
-        seats_hist.counts[_bisect_left(seats_hist.buckets, req.max_seats)] += 1
+        max_seats = req.max_seats
+        if not seats_hist.first_bound < max_seats:  # most requests: one seat, the first bucket
+            seats_hist.counts[0] += 1
+        else:
+            seats_hist.counts[bisect_left(seats_hist.buckets, max_seats)] += 1
         seats_hist.sum += req.max_seats
         seats_hist.count += 1
         if self.desired_num_queues < 1:

@@ -7,12 +7,9 @@ set appends once per operation and folds later, so the hot path pays one tuple a
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Final
-
-# Final: the compiled build calls it from a C static, not via a globals look-up per call.
-_bisect_left: Final = bisect_left
 
 # Bucket boundaries, exactly as kubernetes/apiserver pkg/util/flowcontrol/metrics.
 QUEUE_LENGTH_BUCKETS = (0, 10, 25, 50, 100, 250, 500, 1000)
@@ -30,16 +27,28 @@ REJECT_REASONS = ("queue-full", "concurrency-limit", "time-out", "cancelled")
 class Histogram:
     """Cumulative-at-export histogram: ``counts[i]`` holds observations in (b[i-1], b[i]]."""
 
-    __slots__ = ("buckets", "count", "counts", "sum")
+    __slots__ = ("buckets", "count", "counts", "first_bound", "second_bound", "sum")
 
     def __init__(self, buckets: Sequence[float]) -> None:
         self.buckets = tuple(float(b) for b in buckets)
+        # Missing bounds act as +Inf: every value then falls into the first bucket past the end.
+        self.first_bound = self.buckets[0] if self.buckets else math.inf
+        self.second_bound = self.buckets[1] if len(self.buckets) > 1 else math.inf
         self.counts = [0.0] * (len(self.buckets) + 1)  # last slot: +Inf
         self.sum = 0.0
         self.count = 0.0
 
     def observe(self, value: float, weight: float = 1.0) -> None:
-        self.counts[_bisect_left(self.buckets, value)] += weight
+        # bisect_left(buckets, value), testing the first two bounds first: most observations
+        # land there, and compiled, those tests compare unboxed floats where bisect compares
+        # objects. ``not bound < value`` is bisect's own test (a NaN lands at 0 either way).
+        if not self.first_bound < value:
+            i = 0
+        elif not self.second_bound < value:
+            i = 1
+        else:
+            i = bisect_left(self.buckets, value)
+        self.counts[i] += weight
         self.sum += value * weight
         self.count += weight
 
