@@ -200,13 +200,17 @@ class FlowControlMiddleware:
         if not watch and kind == "http" and self._app_adds_headers:
             # The common case, without _run's coroutine: the app adds the PF headers itself.
             scope[RESPONSE_HEADERS_KEY] = pf_headers
-            app = self.app if self._select is None else self._select(scope)
+            app = self._inner(scope)
             try:
                 await app(scope, receive, send)
             finally:
                 admission.release()
             return
         await self._run(None, admission, scope, receive, send, pf_headers, watch)
+
+    def _inner(self, scope: Scope) -> ASGIApp:
+        """The app to run now: the inner app's choice for this request, when it offers one."""
+        return self.app if self._select is None else self._select(scope)
 
     async def _run(
         self,
@@ -220,7 +224,7 @@ class FlowControlMiddleware:
     ) -> None:
         """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
         websocket = scope["type"] == "websocket"
-        app = self.app if self._select is None else self._select(scope)
+        app = self._inner(scope)
 
         async def send_with_headers(message: Message) -> None:
             t = message["type"]

@@ -62,9 +62,11 @@ class RequestKindTracker:
         self._key: SegmentKey = segment_key(0, 0, 0, 0)
         self._segments: dict[SegmentKey, float] = {}
 
-    def _advance(self) -> float:
-        """Credit the time since the last change to the state that held during it."""
-        now = self.clock.now()
+    def _advance(self, now: float | None = None) -> float:
+        """Credit the time since the last change to the state that held during it.
+        ``now``: the caller's clock reading, when it just took one (saves a read)."""
+        if now is None:
+            now = self._now()
         dt = now - self.last
         if dt > 0:
             segments = self._segments
@@ -76,26 +78,14 @@ class RequestKindTracker:
                 self._second = second
                 for mark in self._marks:
                     mark.roll(second)
+            if len(segments) > 4096:
+                self._fold()
         return now
 
     def add(self, phase: str, read_only: bool, delta: int, now: float | None = None) -> None:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
-        # _advance, inlined: this runs twice per admitted request.
-        if now is None:
-            now = self._now()
-        dt = now - self.last
+        self._advance(now)
         key = self._key
-        if dt > 0:
-            segments = self._segments
-            segments[key] = segments.get(key, 0.0) + dt
-            self.last = now
-            second = int(now)
-            if second != self._second:
-                self._second = second
-                for m in self._marks:
-                    m.roll(second)
-            if len(segments) > 4096:
-                self._fold()
         # _PHASE_BASE[phase], without a dict look-up (the same KeyError for another phase).
         if phase == "executing":
             base = _EXECUTING_BASE

@@ -307,18 +307,9 @@ class QueueSet:
                 if self.current_r >= HIGH_R:
                     self._advance_epoch()
             segments = self.segments
-            executing = self.tot_requests_executing
-            waiting = self.tot_requests_waiting
-            key: SegmentKey  # segment_key, inlined (hot path)
-            if (seats_in_use | executing | waiting | seats_waiting) >> SEGMENT_BITS == 0:
-                key = (
-                    seats_in_use
-                    | executing << SEGMENT_BITS
-                    | waiting << 2 * SEGMENT_BITS
-                    | seats_waiting << 3 * SEGMENT_BITS
-                )
-            else:
-                key = (seats_in_use, executing, waiting, seats_waiting)
+            key = segment_key(
+                seats_in_use, self.tot_requests_executing, self.tot_requests_waiting, seats_waiting
+            )
             segments[key] = segments.get(key, 0.0) + dt
             if len(segments) >= 4096 and self.on_segments_full is not None:
                 self.on_segments_full()
@@ -507,11 +498,15 @@ class QueueSet:
         stats.inqueue_seats -= req.max_seats
 
     # ------------------------------------------------------------------ dispatch
-    def _requeue(self, queue: Queue) -> None:
+    def _requeue(self, queue: Queue, replace: bool = False) -> None:
         """After a change at the queue's head or in its next dispatch R: anti-windup (the
-        next dispatch R is never behind the head's arrival R), then the heap entry."""
+        next dispatch R is never behind the head's arrival R), then the heap entry.
+        ``replace``: the queue's live entry is the heap's top; swap it in one sift."""
         head = queue.head()
         if head is None:
+            if replace:
+                heappop(self._heap)
+                queue.heap_key = None
             return
         r = queue.next_dispatch_r
         if r < head.arrival_r:
@@ -519,7 +514,10 @@ class QueueSet:
         key = (r + head.total_work) << _INDEX_BITS | queue.index
         if key != queue.heap_key:
             queue.heap_key = key
-            heappush(self._heap, key)
+            if replace:
+                heapreplace(self._heap, key)
+            else:
+                heappush(self._heap, key)
 
     def _push(self, queue: Queue) -> None:
         head = queue.head()
@@ -632,21 +630,8 @@ class QueueSet:
             # Seats are held (and later released) at the clipped width, as Kubernetes does.
             req.max_seats = max(req.initial_seats, req.final_seats, 1)
         now = self._start_from_queue(queue, req)
-        if queue.heap_key is None:
-            self._requeue(queue)
-        else:  # its entry is still the heap's top: replace it
-            head = queue.head()
-            if head is None:
-                heappop(self._heap)
-                queue.heap_key = None
-            else:
-                r = queue.next_dispatch_r
-                if r < head.arrival_r:
-                    r = queue.next_dispatch_r = head.arrival_r
-                key = (r + head.total_work) << _INDEX_BITS | queue.index
-                if key != queue.heap_key:
-                    queue.heap_key = key
-                    heapreplace(self._heap, key)
+        # Without a tie, the queue's entry is still the heap's top (heap_key set).
+        self._requeue(queue, replace=queue.heap_key is not None)
         req.flow_stats.wait_true.observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)

@@ -15,10 +15,12 @@ from tests.flowcontrol.test_queueset_properties import operations, queue_configs
 
 
 class Run:
-    def __init__(self, config: tuple[int, int, int, int], fast: bool) -> None:
+    def __init__(
+        self, config: tuple[int, int, int, int], fast: bool, kind: type[QueueSet] = QueueSet
+    ) -> None:
         queues, hand, qll, limit = config
         self.clock = FakeEventClock()
-        self.qs = QueueSet(
+        self.qs = kind(
             "pl",
             self.clock,
             desired_num_queues=queues,

@@ -49,20 +49,6 @@ class ScanQueueSet(QueueSet):
         return best
 
 
-class ScanRun(Run):
-    def __init__(self, config: tuple[int, int, int, int]) -> None:
-        super().__init__(config, True)
-        queues, hand, qll, limit = config
-        self.qs = ScanQueueSet(
-            "pl",
-            self.clock,
-            desired_num_queues=queues,
-            queue_length_limit=qll,
-            hand_size=hand,
-            concurrency_limit=limit,
-        )
-
-
 def _do(run: Run, op: tuple[Any, ...]) -> None:
     qs = run.qs
     if op[0] == "reconfigure":
@@ -129,7 +115,7 @@ heap_operations = st.lists(
 def test_heap_dispatch_matches_kubernetes_scan(
     config: tuple[int, int, int, int], ops: list[tuple[Any, ...]]
 ) -> None:
-    heap, scan = Run(config, True), ScanRun(config)
+    heap, scan = Run(config, True), Run(config, True, ScanQueueSet)
     for op in ops:
         _do(heap, op)
         _do(scan, op)
