@@ -1,0 +1,202 @@
+"""Front-door cost in instructions per request (callgrind): APF off, APF on, and the PF headers.
+
+Run by hand (needs ``valgrind`` from Debian):
+
+    .venv/bin/python bench/bench_instructions.py --compiled
+
+Throughput on these shared machines moves by 20% between runs, far more than the few percent
+APF is meant to cost; instruction counts do not (repeat runs agree within ~0.5%). Each gateway
+variant runs under ``valgrind --tool=callgrind`` with instrumentation switched on only around a
+fixed number of requests (after a warm-up), in front of the same trivial upstream; the count is
+the gateway process's own instructions, divided by the requests.
+
+Variants:
+- ``apf-off``: the max-in-flight filter;
+- ``apf-on``: the suggested configuration;
+- ``apf-on, no PF headers``: a measurement-only copy of the tree whose proxy does not add the
+  two ``X-Kubernetes-PF-*`` response headers (not a shipped option: Kubernetes always sends
+  them). The difference to ``apf-on`` is what the two headers cost in the server's response
+  path; the difference to ``apf-off`` is what admission costs.
+
+Instructions are not time: the server's regex scans over header bytes run at a higher rate per
+cycle than interpreted Python. Read the split, not an exact throughput ratio. Under callgrind the
+server runs ~50x slower, so work done once per interval of wall time would be charged to ~50x
+fewer requests; every variant therefore runs with ``listLearningInterval: 1h``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench_frontdoor import OFF, PATH, PY, ROOT, free_port, gateway_args, wait_port
+
+UPSTREAM_APP = """
+import sys, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"{}"})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop",
+            http="httptools", log_level="warning", access_log=False, lifespan="off")
+"""
+# The one line of the proxy that hands the PF headers to the response (see without_pf_headers).
+RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY))"
+SETTINGS = """apiVersion: gateway.apf.dev/v1alpha1
+kind: GatewayConfiguration
+workEstimation:
+  listLearningInterval: 1h
+"""
+
+
+def without_pf_headers(tree: Path, dest: Path) -> Path:
+    """A copy of ``tree`` whose proxy relays responses without the PF headers (measurement
+    only); fails loudly if the proxy no longer has the line this edits."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(tree / "gateway", dest / "gateway", ignore=ignore)
+    shutil.copytree(tree / "config", dest / "config", ignore=ignore)
+    app = dest / "gateway" / "proxy" / "app.py"
+    source = app.read_text()
+    if source.count(RELAY) != 1:
+        raise RuntimeError(f"{app}: expected the line {RELAY!r} once; update this benchmark")
+    app.write_text(source.replace(RELAY, RELAY.replace("scope.get(RESPONSE_HEADERS_KEY)", "None")))
+    return dest
+
+
+@contextlib.contextmanager
+def upstream(port: int) -> Iterator[None]:
+    proc = subprocess.Popen([PY, "-c", UPSTREAM_APP, str(port)])
+    try:
+        wait_port(port)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def client(port: int, requests: int, connections: int) -> int:
+    """Exactly ``requests`` keep-alive GETs over ``connections``; returns how many got 200."""
+    request = f"GET {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    ok = 0
+
+    async def one(count: int) -> None:
+        nonlocal ok
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(count):
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            ok += head.startswith(b"HTTP/1.1 200 ")
+        writer.close()
+
+    await asyncio.gather(*(one(requests // connections) for _ in range(connections)))
+    return ok
+
+
+def control(pid: int, *flags: str) -> None:
+    subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
+
+
+def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: Path) -> float:
+    """Instructions the gateway process executes per request."""
+    up, port = free_port(), free_port()
+    out = work / f"callgrind.{port}"
+    cmd = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        *gateway_args(port, up, "--config", str(work / "settings.yaml"), *extra),
+    ]  # fmt: skip
+    with upstream(up):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        proc = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_port(port, timeout=120)
+            asyncio.run(client(port, args.warmup, args.connections))
+            control(proc.pid, "-i", "on")
+            done = asyncio.run(client(port, args.requests, args.connections))
+            control(proc.pid, "-i", "off")
+            control(proc.pid, "-d")  # writes <out>.1
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    if done != args.requests:
+        raise RuntimeError(f"{done} of {args.requests} requests got 200")
+    dumps = sorted(work.glob(f"callgrind.{port}.*"))
+    total = 0
+    for line in dumps[0].read_text().splitlines():
+        if line.startswith("totals:"):
+            total = int(line.split()[1])
+            break
+    return total / int(args.requests)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=400)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--compiled", action="store_true",
+        help="also run the variants from a copy built with the compiled hot path (setup.py)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("needs valgrind (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
+    (work / "settings.yaml").write_text(SETTINGS)
+    trees = {"": ROOT}
+    if args.compiled:
+        from gateway.compiled import build_tree
+
+        trees[" (compiled)"] = build_tree(work / "tree", PY)
+    started = time.monotonic()
+    print(f"Python {sys.version.split()[0]}, {args.requests} requests over "
+          f"{args.connections} connections after {args.warmup} warm-up, path {PATH}")  # fmt: skip
+    for suffix, tree in trees.items():
+        bare = without_pf_headers(tree, work / f"bare{len(suffix)}")
+        variants = (
+            ("apf-off", tree, OFF),
+            ("apf-on", tree, ()),
+            ("apf-on, no PF headers", bare, ()),
+        )
+        results: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            for name, where, extra in variants:
+                results.setdefault(name, []).append(measure(where, extra, args, work))
+        best = {name: statistics.median(values) for name, values in results.items()}
+        off, on, bare_on = best["apf-off"], best["apf-on"], best["apf-on, no PF headers"]
+        print(f"\n| variant{suffix} | instructions per request | APF off / variant |")
+        print("|---|---|---|")
+        for name, value in best.items():
+            spread = (
+                f" ({min(results[name]):,.0f}-{max(results[name]):,.0f})" if args.rounds > 1 else ""
+            )
+            print(f"| {name} | {value:,.0f}{spread} | {off / value:.3f}x |")
+        print(f"admission: {bare_on - off:+,.0f} per request; "
+              f"the two PF headers in the server: {on - bare_on:+,.0f}")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"\n({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
