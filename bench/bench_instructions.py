@@ -2,7 +2,7 @@
 
 Run by hand (needs ``valgrind`` from Debian):
 
-    .venv/bin/python bench/bench_instructions.py --compiled
+    .venv/bin/python bench/bench_instructions.py --rounds 3
 
 Throughput on these shared machines moves by 20% between runs, far more than the few percent
 APF is meant to cost; instruction counts do not (repeat runs agree within ~0.5%). Each gateway
@@ -67,6 +67,8 @@ def without_pf_headers(tree: Path, dest: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(tree / "gateway", dest / "gateway", ignore=ignore)
     shutil.copytree(tree / "config", dest / "config", ignore=ignore)
+    for shared in tree.glob("*__mypyc*"):  # the compiled build's shared library
+        shutil.copy2(shared, dest / shared.name)
     app = dest / "gateway" / "proxy" / "app.py"
     source = app.read_text()
     if source.count(RELAY) != 1:
@@ -123,11 +125,14 @@ def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: 
     ]  # fmt: skip
     with upstream(up):
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        proc = subprocess.Popen(
-            cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        log = work / f"gateway.{port}.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=sink, stderr=sink)
         try:
-            wait_port(port, timeout=120)
+            try:
+                wait_port(port, timeout=180)
+            except RuntimeError:
+                raise RuntimeError(f"{' '.join(cmd)}:\n{log.read_text()[-3000:]}") from None
             asyncio.run(client(port, args.warmup, args.connections))
             control(proc.pid, "-i", "on")
             done = asyncio.run(client(port, args.requests, args.connections))
@@ -154,8 +159,9 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
-        "--compiled", action="store_true",
-        help="also run the variants from a copy built with the compiled hot path (setup.py)",
+        "--build", choices=("interpreted", "compiled", "both"), default="both",
+        help="which build to measure: this checkout, a copy built with the compiled hot path "
+        "(setup.py), or both (default)",
     )  # fmt: skip
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -163,8 +169,10 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     (work / "settings.yaml").write_text(SETTINGS)
-    trees = {"": ROOT}
-    if args.compiled:
+    trees: dict[str, Path] = {}
+    if args.build != "compiled":
+        trees[""] = ROOT
+    if args.build != "interpreted":
         from gateway.compiled import build_tree
 
         trees[" (compiled)"] = build_tree(work / "tree", PY)
