@@ -39,19 +39,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_frontdoor import OFF, PATH, PY, ROOT, free_port, gateway_args, wait_port
+from bench_frontdoor import (
+    OFF,
+    PATH,
+    PY,
+    ROOT,
+    UPSTREAM_APP,
+    free_port,
+    gateway_args,
+    wait_port,
+)
 
-UPSTREAM_APP = """
-import sys, uvicorn
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})
-    await send({"type": "http.response.body", "body": b"{}"})
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop",
-            http="httptools", log_level="warning", access_log=False, lifespan="off")
-"""
 # The one line of the proxy that hands the PF headers to the response (see without_pf_headers).
 RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY))"
 SETTINGS = """apiVersion: gateway.apf.dev/v1alpha1
