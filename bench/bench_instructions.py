@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
 import statistics
@@ -36,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from bench_frontdoor import (
@@ -47,6 +45,7 @@ from bench_frontdoor import (
     UPSTREAM_APP,
     free_port,
     gateway_args,
+    process,
     wait_port,
 )
 
@@ -75,17 +74,6 @@ def without_pf_headers(tree: Path, dest: Path) -> Path:
     return dest
 
 
-@contextlib.contextmanager
-def upstream(port: int) -> Iterator[None]:
-    proc = subprocess.Popen([PY, "-c", UPSTREAM_APP, str(port)])
-    try:
-        wait_port(port)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 async def client(port: int, requests: int, connections: int) -> int:
     """Exactly ``requests`` keep-alive GETs over ``connections``; returns how many got 200."""
     request = f"GET {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
@@ -105,7 +93,8 @@ async def client(port: int, requests: int, connections: int) -> int:
             ok += head.startswith(b"HTTP/1.1 200 ")
         writer.close()
 
-    await asyncio.gather(*(one(requests // connections) for _ in range(connections)))
+    share, rest = divmod(requests, connections)
+    await asyncio.gather(*(one(share + (i < rest)) for i in range(connections)))
     return ok
 
 
@@ -121,7 +110,7 @@ def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: 
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
         *gateway_args(port, up, "--config", str(work / "settings.yaml"), *extra),
     ]  # fmt: skip
-    with upstream(up):
+    with process([PY, "-c", UPSTREAM_APP, str(up)], up):
         env = {**os.environ, "PYTHONPATH": str(tree)}
         log = work / f"gateway.{port}.log"
         with log.open("wb") as sink:
@@ -141,9 +130,8 @@ def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: 
             proc.wait(60)
     if done != args.requests:
         raise RuntimeError(f"{done} of {args.requests} requests got 200")
-    dumps = sorted(work.glob(f"callgrind.{port}.*"))
     total = 0
-    for line in dumps[0].read_text().splitlines():
+    for line in out.with_name(f"{out.name}.1").read_text().splitlines():
         if line.startswith("totals:"):
             total = int(line.split()[1])
             break
@@ -169,16 +157,16 @@ def main() -> int:
     (work / "settings.yaml").write_text(SETTINGS)
     trees: dict[str, Path] = {}
     if args.build != "compiled":
-        trees[""] = ROOT
+        trees["interpreted"] = ROOT
     if args.build != "interpreted":
         from gateway.compiled import build_tree
 
-        trees[" (compiled)"] = build_tree(work / "tree", PY)
+        trees["compiled"] = build_tree(work / "tree", PY)
     started = time.monotonic()
     print(f"Python {sys.version.split()[0]}, {args.requests} requests over "
           f"{args.connections} connections after {args.warmup} warm-up, path {PATH}")  # fmt: skip
-    for suffix, tree in trees.items():
-        bare = without_pf_headers(tree, work / f"bare{len(suffix)}")
+    for build, tree in trees.items():
+        bare = without_pf_headers(tree, work / f"no-pf-headers-{build}")
         variants = (
             ("apf-off", tree, OFF),
             ("apf-on", tree, ()),
@@ -188,11 +176,11 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, where, extra in variants:
                 results.setdefault(name, []).append(measure(where, extra, args, work))
-        best = {name: statistics.median(values) for name, values in results.items()}
-        off, on, bare_on = best["apf-off"], best["apf-on"], best["apf-on, no PF headers"]
-        print(f"\n| variant{suffix} | instructions per request | APF off / variant |")
+        median = {name: statistics.median(values) for name, values in results.items()}
+        off, on, bare_on = median["apf-off"], median["apf-on"], median["apf-on, no PF headers"]
+        print(f"\n| variant ({build}) | instructions per request | APF off / variant |")
         print("|---|---|---|")
-        for name, value in best.items():
+        for name, value in median.items():
             spread = (
                 f" ({min(results[name]):,.0f}-{max(results[name]):,.0f})" if args.rounds > 1 else ""
             )
