@@ -22,11 +22,14 @@ _SLOTS: Final = {(phase, kind): i for i, (phase, kind) in enumerate(
     (p, k) for p in PHASES for k in KINDS
 )}  # fmt: skip
 # add() computes the slot as base + (0 read-only, 1 mutating): no tuple key on the hot path.
-_PHASE_BASE: Final = {phase: _SLOTS[phase, "readOnly"] for phase in PHASES}
-assert all(_SLOTS[p, "mutating"] == _PHASE_BASE[p] + 1 for p in PHASES)
 _WAITING_BASE: Final = 0
 _EXECUTING_BASE: Final = 2
-assert _PHASE_BASE == {"waiting": _WAITING_BASE, "executing": _EXECUTING_BASE}
+_BASES: Final = (("waiting", _WAITING_BASE), ("executing", _EXECUTING_BASE))
+assert set(PHASES) == {phase for phase, _ in _BASES}
+assert all(
+    _SLOTS[phase, "readOnly"] == base and _SLOTS[phase, "mutating"] == base + 1
+    for phase, base in _BASES
+)
 
 
 class _Watermark:
@@ -86,7 +89,7 @@ class RequestKindTracker:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
         self._advance(now)
         key = self._key
-        # _PHASE_BASE[phase], without a dict look-up (the same KeyError for another phase).
+        # The phase's base slot, without a dict look-up (a KeyError for another phase).
         if phase == "executing":
             base = _EXECUTING_BASE
         elif phase == "waiting":
