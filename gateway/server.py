@@ -232,7 +232,14 @@ class Gateway:
         """Apply a reloaded configuration; settings that need a restart are logged and kept."""
         new = loaded.settings
         old = self.settings
-        for field in ("listen", "upstreams", "proxy", "enable_priority_and_fairness"):
+        restart_only = (
+            "listen",
+            "upstreams",
+            "proxy",
+            "enable_priority_and_fairness",
+            "http_implementation",
+        )
+        for field in restart_only:
             if getattr(new, field) != getattr(old, field):
                 log.warning("%s changed; it takes effect after a restart", field)
         authenticator = build_authenticator(new)
@@ -316,7 +323,8 @@ class Gateway:
 
 
 def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | None = None) -> Any:
-    """uvicorn settings for the gateway: httptools, no access log, no header rewriting.
+    """uvicorn settings for the gateway: the configured HTTP implementation, no access log, no
+    header rewriting.
 
     ``proxy_headers`` stays off: uvicorn would otherwise replace the client address with
     ``X-Forwarded-For`` and let any client pass our front-proxy CIDR check.
@@ -326,7 +334,7 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     host, listen_port = gateway.settings.host_port
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http="httptools", lifespan="on", access_log=False, server_header=False,
-        date_header=False, proxy_headers=False, log_level=log_level,
+        http=gateway.settings.http_implementation, lifespan="on", access_log=False,
+        server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
     )  # fmt: skip

@@ -107,6 +107,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "extra-attribute header prefixes (default X-Remote-Extra-)",
     ),
     (
+        "--http-implementation",
+        "httpImplementation",
+        "NAME",
+        "uvicorn's HTTP/1.1 implementation: zttp (default) or httptools; needs a restart",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",

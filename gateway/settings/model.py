@@ -109,6 +109,9 @@ class GatewaySettings:
     # How often seats move between priority levels (kube-apiserver: 10 s).
     borrowing_adjustment_period: float = 10.0
     work_estimation: WorkEstimationSettings = field(default_factory=WorkEstimationSettings)
+    # uvicorn's HTTP/1.1 implementation. zttp checks and writes response headers in native
+    # code; httptools is the fallback (docs/decisions/0007-zttp-http-implementation.md).
+    http_implementation: Literal["zttp", "httptools"] = "zttp"
 
     @property
     def server_concurrency_limit(self) -> int:
