@@ -311,7 +311,12 @@ def main() -> int:
         "--in-process", action="store_true",
         help="per-request cost of the gateway app without sockets: APF off / shell / on",
     )  # fmt: skip
+    parser.add_argument(
+        "--http-implementation", choices=("zttp", "httptools"),
+        help="the gateway's uvicorn HTTP/1.1 implementation (default: the gateway's default)",
+    )  # fmt: skip
     args = parser.parse_args()
+    impl = ("--http-implementation", args.http_implementation) if args.http_implementation else ()
     if args.in_process:
         in_process(args.rounds)
         return 0
@@ -329,20 +334,20 @@ def main() -> int:
     if args.transports:
         for t in names[1:]:
             variants[t] = process(
-                gateway_args(
-                    ports[t], up, "--enable-priority-and-fairness=false", "--proxy-transport", t
-                ),
+                gateway_args(ports[t], up, *OFF, "--proxy-transport", t, *impl),
                 ports[t],
             )
     else:
         variants["nginx"] = nginx(ports["nginx"], up)
-        variants["apf-off"] = process(gateway_args(ports["apf-off"], up, *OFF), ports["apf-off"])
-        variants["apf-on"] = process(gateway_args(ports["apf-on"], up), ports["apf-on"])
+        variants["apf-off"] = process(
+            gateway_args(ports["apf-off"], up, *OFF, *impl), ports["apf-off"]
+        )
+        variants["apf-on"] = process(gateway_args(ports["apf-on"], up, *impl), ports["apf-on"])
         if args.compiled:
             from gateway.compiled import build_tree
 
             tree = build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
-            for name, extra in (("apf-off-compiled", OFF), ("apf-on-compiled", ())):
+            for name, extra in (("apf-off-compiled", (*OFF, *impl)), ("apf-on-compiled", impl)):
                 ports[name] = free_port()
                 variants[name] = process(gateway_args(ports[name], up, *extra), ports[name], tree)
     env = {**os.environ}

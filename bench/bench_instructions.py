@@ -149,7 +149,12 @@ def main() -> int:
         help="which build to measure: this checkout, a copy built with the compiled hot path "
         "(setup.py), or both (default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--http-implementation", choices=("zttp", "httptools"),
+        help="the gateway's uvicorn HTTP/1.1 implementation (default: the gateway's default)",
+    )  # fmt: skip
     args = parser.parse_args()
+    impl = ("--http-implementation", args.http_implementation) if args.http_implementation else ()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("needs valgrind (apt-get install -y valgrind)", file=sys.stderr)
         return 2
@@ -163,14 +168,15 @@ def main() -> int:
 
         trees["compiled"] = build_tree(work / "tree", PY)
     started = time.monotonic()
+    print(f"HTTP implementation: {args.http_implementation or 'the default'}")
     print(f"Python {sys.version.split()[0]}, {args.requests} requests over "
           f"{args.connections} connections after {args.warmup} warm-up, path {PATH}")  # fmt: skip
     for build, tree in trees.items():
         bare = without_pf_headers(tree, work / f"no-pf-headers-{build}")
         variants = (
-            ("apf-off", tree, OFF),
-            ("apf-on", tree, ()),
-            ("apf-on, no PF headers", bare, ()),
+            ("apf-off", tree, (*OFF, *impl)),
+            ("apf-on", tree, impl),
+            ("apf-on, no PF headers", bare, impl),
         )
         results: dict[str, list[float]] = {}
         for _ in range(args.rounds):

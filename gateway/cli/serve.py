@@ -324,8 +324,9 @@ def run(args: argparse.Namespace) -> int:
 
     compiled = compiled_modules()
     logging.getLogger("gateway.serve").info(
-        "admission hot path: %s",
+        "admission hot path: %s; HTTP/1.1: %s",
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
+        loaded.settings.http_implementation,
     )
     config = uvicorn_config(gateway, log_level=args.log_level)
 
