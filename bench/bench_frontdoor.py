@@ -8,7 +8,8 @@ Every variant runs as one process with one worker in front of the same trivial u
 (uvicorn, raw ASGI, httptools + uvloop) on 127.0.0.1; wrk, the variant and the upstream share
 the machine's cores. Rounds are interleaved (A B C D A B C D ...). Throughput: ``wrk -t1 -c32``;
 latency at moderate load: ``wrk -t1 -c4`` (closed loop), p50 minus the direct upstream's p50.
-``--transports`` instead compares the proxy's upstream clients (APF off).
+``--transports`` instead compares the proxy's upstream clients (APF off). ``--pairs N`` runs
+only APF off and on, in N short back-to-back pairs, for machines too noisy for long rounds.
 """
 
 from __future__ import annotations
@@ -198,6 +199,34 @@ def run(
     return results
 
 
+def paired(ports: tuple[int, int], pairs: int, duration: float) -> None:
+    """APF off and on back to back, ``pairs`` times, in ABBA order: on a shared machine the
+    noise moves over tens of seconds, so the two halves of one short pair see nearly the same
+    machine, and each pair gives its own ratio."""
+    off_port, on_port = ports
+    for port in ports:  # warm-up
+        wrk(port, 32, 1)
+    rps_ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for i in range(pairs):
+        order = ports if i % 2 == 0 else ports[::-1]
+        got = {port: wrk(port, 32, duration) for port in order}
+        (off_rps, _, _, off_cpu), (on_rps, _, _, on_cpu) = got[off_port], got[on_port]
+        rps_ratios.append(on_rps / off_rps)
+        cpu_ratios.append(off_cpu / on_cpu)
+        print(
+            f"pair {i + 1:>2}: off {off_rps:7.0f} req/s {off_cpu:5.1f} us/req, "
+            f"on {on_rps:7.0f} req/s {on_cpu:5.1f} us/req: {on_rps / off_rps:.3f}x",
+            flush=True,
+        )
+    for label, values in (("req/s", rps_ratios), ("CPU per request", cpu_ratios)):
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        print(
+            f"APF on / APF off by {label}: median {statistics.median(values):.3f}x, "
+            f"quartiles {q1:.3f}-{q3:.3f}, min-max {min(values):.3f}-{max(values):.3f}"
+        )
+
+
 def ratio(a: list[float], b: list[float]) -> str:
     rs = [x / y for x, y in zip(a, b, strict=True)]
     return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
@@ -296,6 +325,31 @@ def in_process(rounds: int) -> None:
         print(f"{concurrency:>2} in flight, us/request median (min-max): {cells}")
 
 
+def run_pairs(args: argparse.Namespace, up: int, impl: tuple[str, ...]) -> int:
+    tree = ROOT
+    if args.compiled:
+        from gateway.compiled import build_tree
+
+        tree = build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
+    off_port, on_port = free_port(), free_port()
+    upstream = subprocess.Popen([PY, "-c", UPSTREAM_APP, str(up)], stdout=subprocess.DEVNULL)
+    PIDS[up] = [upstream.pid]
+    try:
+        wait_port(up)
+        with (
+            process(gateway_args(off_port, up, *OFF, *impl), off_port, tree),
+            process(gateway_args(on_port, up, *impl), on_port, tree),
+        ):
+            print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
+                  f"{'compiled' if args.compiled else 'interpreted'} build, wrk -t1 -c32 "
+                  f"-d{args.duration}s, {args.pairs} ABBA pairs")  # fmt: skip
+            paired((off_port, on_port), args.pairs, args.duration)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -315,12 +369,19 @@ def main() -> int:
         "--http-implementation", choices=("zttp", "httptools"),
         help="the gateway's uvicorn HTTP/1.1 implementation (default: the gateway's default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pairs", type=int, default=0,
+        help="instead: only APF off and on (compiled with --compiled), this many short ABBA "
+        "pairs of --duration seconds, and the median of the per-pair ratios",
+    )  # fmt: skip
     args = parser.parse_args()
     impl = ("--http-implementation", args.http_implementation) if args.http_implementation else ()
     if args.in_process:
         in_process(args.rounds)
         return 0
     up = free_port()
+    if args.pairs:
+        return run_pairs(args, up, impl)
     names = (
         ["direct", "h1", "aiohttp", "httpx-aiohttp", "httpx"]
         if args.transports

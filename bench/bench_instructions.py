@@ -18,8 +18,10 @@ Variants:
   them). The difference to ``apf-on`` is what the two headers cost in the server's response
   path; the difference to ``apf-off`` is what admission costs.
 
-Instructions are not time: the server's regex scans over header bytes run at a higher rate per
-cycle than interpreted Python. Read the split, not an exact throughput ratio. Under callgrind the
+Instructions are not time: code that misses the instruction cache or mispredicts branches
+(cold, branchy code such as admission) takes more cycles per instruction than a tight loop.
+``--cache-sim`` adds valgrind's cache and branch simulation and counts KCachegrind's cycle
+estimate instead. Neither is an exact throughput ratio; read the split. Under callgrind the
 server runs ~50x slower, so work done once per interval of wall time would be charged to ~50x
 fewer requests; every variant therefore runs with ``listLearningInterval: 1h``.
 """
@@ -102,12 +104,22 @@ def control(pid: int, *flags: str) -> None:
     subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
 
 
+def cycle_estimate(events: dict[str, float]) -> float:
+    """KCachegrind's cycle estimate: Ir + 10 Bm + 10 L1m + 100 LLm (mispredicted branches,
+    first-level and last-level cache misses, simulated by valgrind for its default caches)."""
+    branch = events["Bcm"] + events["Bim"]
+    l1 = events["I1mr"] + events["D1mr"] + events["D1mw"]
+    ll = events["ILmr"] + events["DLmr"] + events["DLmw"]
+    return events["Ir"] + 10 * branch + 10 * l1 + 100 * ll
+
+
 def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: Path) -> float:
-    """Instructions the gateway process executes per request."""
+    """Instructions (or, with ``--cache-sim``, estimated cycles) per request."""
     up, port = free_port(), free_port()
     out = work / f"callgrind.{port}"
+    sim = ("--cache-sim=yes", "--branch-sim=yes") if args.cache_sim else ()
     cmd = [
-        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        "valgrind", "--tool=callgrind", *sim, "--instr-atstart=no", f"--callgrind-out-file={out}",
         *gateway_args(port, up, "--config", str(work / "settings.yaml"), *extra),
     ]  # fmt: skip
     with process([PY, "-c", UPSTREAM_APP, str(up)], up):
@@ -130,12 +142,11 @@ def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: 
             proc.wait(60)
     if done != args.requests:
         raise RuntimeError(f"{done} of {args.requests} requests got 200")
-    total = 0
-    for line in out.with_name(f"{out.name}.1").read_text().splitlines():
-        if line.startswith("totals:"):
-            total = int(line.split()[1])
-            break
-    return total / int(args.requests)
+    lines = out.with_name(f"{out.name}.1").read_text().splitlines()
+    names = next(line for line in lines if line.startswith("events:")).split()[1:]
+    totals = next(line for line in lines if line.startswith("totals:")).split()[1:]
+    events = {n: int(v) / args.requests for n, v in zip(names, totals, strict=True)}
+    return cycle_estimate(events) if args.cache_sim else events["Ir"]
 
 
 def main() -> int:
@@ -152,6 +163,11 @@ def main() -> int:
     parser.add_argument(
         "--http-implementation", choices=("zttp", "httptools"),
         help="the gateway's uvicorn HTTP/1.1 implementation (default: the gateway's default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cache-sim", action="store_true",
+        help="count estimated cycles instead of instructions: valgrind's cache and branch "
+        "simulation, weighted as KCachegrind does (about 2x slower)",
     )  # fmt: skip
     args = parser.parse_args()
     impl = ("--http-implementation", args.http_implementation) if args.http_implementation else ()
@@ -184,7 +200,8 @@ def main() -> int:
                 results.setdefault(name, []).append(measure(where, extra, args, work))
         median = {name: statistics.median(values) for name, values in results.items()}
         off, on, bare_on = median["apf-off"], median["apf-on"], median["apf-on, no PF headers"]
-        print(f"\n| variant ({build}) | instructions per request | APF off / variant |")
+        unit = "estimated cycles" if args.cache_sim else "instructions"
+        print(f"\n| variant ({build}) | {unit} per request | APF off / variant |")
         print("|---|---|---|")
         for name, value in median.items():
             spread = (
