@@ -2,9 +2,8 @@
 them: the previous second's high watermark of executing and waiting requests, and the
 time-weighted ``read_vs_write_current_requests`` ratio histograms.
 
-On the hot path ``add`` credits only the count it changes with the time that count held its
-old value; the histograms are folded from those totals when read (``sync``) or when a limit
-changes.
+On the hot path ``add`` only adds the elapsed time to the current state's total; the
+histograms are folded from those totals when read (``sync``) or when a limit changes.
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ from collections.abc import Callable
 from typing import Final
 
 from gateway.flowcontrol.clock import Clock
-from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, CountTimes, TimingHistogram
+from gateway.flowcontrol.queueset import SEGMENT_BITS, SegmentKey, segment_key, segment_state
+from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 
 KINDS: Final = ("readOnly", "mutating")
 PHASES: Final = ("waiting", "executing")
@@ -61,26 +61,34 @@ class RequestKindTracker:
         self._second = int(self.last)
         for mark in self._marks:
             mark.window = self._second
-        # Seconds at each value, per slot (in _SLOTS order).
-        self._times = [CountTimes(self.last) for _ in _SLOTS]
+        # The current state's ``segment_key``: its four counts in _SLOTS order.
+        self._key: SegmentKey = segment_key(0, 0, 0, 0)
+        self._segments: dict[SegmentKey, float] = {}
 
     def _advance(self, now: float | None = None) -> float:
-        """Move the clock on, closing each watermark window that ended.
+        """Credit the time since the last change to the state that held during it.
         ``now``: the caller's clock reading, when it just took one (saves a read)."""
         if now is None:
             now = self._now()
-        if now > self.last:
+        dt = now - self.last
+        if dt > 0:
+            segments = self._segments
+            key = self._key
+            segments[key] = segments.get(key, 0.0) + dt
             self.last = now
             second = int(now)
             if second != self._second:
                 self._second = second
                 for mark in self._marks:
                     mark.roll(second)
+            if len(segments) > 4096:
+                self._fold()
         return now
 
     def add(self, phase: str, read_only: bool, delta: int, now: float | None = None) -> None:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
-        now = self._advance(now)
+        self._advance(now)
+        key = self._key
         # The phase's base slot, without a dict look-up (a KeyError for another phase).
         if phase == "executing":
             base = _EXECUTING_BASE
@@ -93,14 +101,20 @@ class RequestKindTracker:
         current = mark.current + delta
         mark.current = current
         mark.window_max = max(mark.window_max, current)
-        self._times[slot].change(current, now)
+        if isinstance(key, int) and current >> SEGMENT_BITS == 0:
+            # Every count was and stays in range: only this slot's field changes, by delta.
+            self._key = key + (delta << slot * SEGMENT_BITS)
+        else:
+            ms = self._marks
+            self._key = segment_key(ms[0].current, ms[1].current, ms[2].current, ms[3].current)
 
     def _fold(self) -> None:
-        at = self.last
-        for (phase, _), times, hist in zip(_SLOTS, self._times, self.ratio.values(), strict=True):
-            den = self.denominators[phase]
-            for value, seconds in times.drain(at):
+        dens = [self.denominators[phase] for phase, _ in _SLOTS]
+        hists = [self.ratio[key] for key in _SLOTS]
+        for key, seconds in self._segments.items():
+            for value, den, hist in zip(segment_state(key), dens, hists, strict=True):
                 hist.hold(value / den, seconds)
+        self._segments.clear()
 
     def set_denominators(self, waiting: float, executing: float) -> None:
         self.sync()

@@ -11,7 +11,7 @@ from gateway.flowcontrol.objects import (
     PriorityLevelConfiguration,
     PriorityLevelType,
 )
-from gateway.flowcontrol.queueset import QueueSet
+from gateway.flowcontrol.queueset import QueueSet, segment_state
 from gateway.flowcontrol.retry_after import DroppedRequests
 from gateway.flowcontrol.seats import round_half_up
 from gateway.flowcontrol.stats import (
@@ -176,25 +176,29 @@ class PriorityLevel:
         return stats
 
     def fold(self) -> None:
-        """Fold the queue set's time at each count into the time-weighted statistics."""
+        """Fold the queue set's state segments into the time-weighted statistics."""
         qs = self.qs
-        at = qs.last_real_time
-        qs.note_counts(at)
+        segments = qs.segments
+        if not segments:
+            return
         den = qs.concurrency_denominator
         wait_den = max(1, qs.queue_length_limit) * max(1, qs.desired_num_queues)
-        for hist, times, d in (
-            (self.seat_utilization, qs.seats_times, den),
-            (self.request_utilization["waiting"], qs.waiting_times, wait_den),
-            (self.request_utilization["executing"], qs.executing_times, den),
-        ):
-            for value, seconds in times.drain(at):
-                hist.hold(value / d, seconds)
+        seat_util = self.seat_utilization.hold
+        waiting = self.request_utilization["waiting"].hold
+        executing = self.request_utilization["executing"].hold
+        demand_ratio = self.demand_seats.hold
         demand = qs.demand
-        for seat_demand, seconds in qs.demand_times.drain(at):
-            self.demand_seats.hold(seat_demand / den, seconds)
-            demand.duration += seconds
-            demand.integral += seat_demand * seconds
-            demand.sq_integral += seat_demand * seat_demand * seconds
+        for key, dt in segments.items():
+            seats_in_use, req_exec, req_wait, seats_wait = segment_state(key)
+            seat_util(seats_in_use / den, dt)
+            waiting(req_wait / wait_den, dt)
+            executing(req_exec / den, dt)
+            seat_demand = seats_in_use + seats_wait
+            demand_ratio(seat_demand / den, dt)
+            demand.duration += dt
+            demand.integral += seat_demand * dt
+            demand.sq_integral += seat_demand * seat_demand * dt
+        segments.clear()
 
     def sync(self) -> None:
         """Bring time-weighted statistics up to now (before a scrape or an adjustment)."""

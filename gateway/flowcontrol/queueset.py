@@ -33,7 +33,7 @@ from gateway.flowcontrol.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
 from gateway.flowcontrol.shufflesharding import Dealer
-from gateway.flowcontrol.stats import CountTimes, FlowStats, TimeIntegrator
+from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
 
 ESTIMATED_SERVICE_DURATION = 0.003  # G, seconds
 
@@ -48,6 +48,30 @@ _entry_seq = itertools.count()
 # Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
 _INDEX_BITS: Final = 32
 _INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
+# State segment keys: four small non-negative counts packed into one int, SEGMENT_BITS each
+# (an int hashes and compares much faster than a 4-tuple); a state with a count outside
+# [0, 2**SEGMENT_BITS) keeps its tuple. Either way each state has exactly one key.
+SEGMENT_BITS: Final = 15
+SEGMENT_MASK: Final = (1 << SEGMENT_BITS) - 1
+SegmentKey = int | tuple[int, int, int, int]
+
+
+def segment_key(a: int, b: int, c: int, d: int) -> SegmentKey:
+    if (a | b | c | d) >> SEGMENT_BITS == 0:
+        return a | b << SEGMENT_BITS | c << 2 * SEGMENT_BITS | d << 3 * SEGMENT_BITS
+    return (a, b, c, d)
+
+
+def segment_state(key: SegmentKey) -> tuple[int, int, int, int]:
+    """The four counts of a ``segment_key``."""
+    if isinstance(key, int):
+        return (
+            key & SEGMENT_MASK,
+            key >> SEGMENT_BITS & SEGMENT_MASK,
+            key >> 2 * SEGMENT_BITS & SEGMENT_MASK,
+            key >> 3 * SEGMENT_BITS,
+        )
+    return key
 
 
 class Queue:
@@ -206,15 +230,12 @@ class QueueSet:
         self.dispatched = 0
         self.rejected = 0
         self.cancelled = 0
-        # Observability: seconds at each value of the counts the time-weighted histograms
-        # follow, folded into them by ``gateway.flowcontrol.level``. ``sync_time`` credits only
-        # the counts that changed since the last sync.
-        now = self.last_real_time
-        self.seats_times = CountTimes(now)  # seats in use
-        self.executing_times = CountTimes(now)  # requests executing
-        self.waiting_times = CountTimes(now)  # requests waiting
-        self.demand_times = CountTimes(now)  # seats in use + seats waiting
-        # Called before the limits change, so that time at the old limits folds with them.
+        # Observability: time spent in each state (seats in use, executing, waiting, seats
+        # waiting) -> seconds, folded into timing histograms by ``gateway.flowcontrol.level``.
+        # Summing per state keeps the hot path to one dict update and the fold to the few
+        # distinct states (time-weighted histograms do not depend on the order of segments).
+        # Keyed by ``segment_key`` (decode with ``segment_state``).
+        self.segments: dict[SegmentKey, float] = {}
         self.on_segments_full: Callable[[], None] | None = None
         # Called on every rejection (immediate or at the end of a wait): Retry-After history.
         self.on_reject: Callable[[], None] | None = None
@@ -273,8 +294,7 @@ class QueueSet:
         """``now``: the caller's clock reading, when it just took one (saves a read)."""
         if now is None:
             now = self._now()
-        last = self.last_real_time
-        dt = now - last
+        dt = now - self.last_real_time
         if dt > 0:
             self.last_real_time = now
             seats_in_use = self.tot_seats_in_use
@@ -286,27 +306,14 @@ class QueueSet:
                 self.current_r += seats_times_duration(ratio, dt)
                 if self.current_r >= HIGH_R:
                     self._advance_epoch()
-            # The counts hold their present values since the last sync: a count that moved
-            # moved then.
-            self.note_counts(last)
+            segments = self.segments
+            key = segment_key(
+                seats_in_use, self.tot_requests_executing, self.tot_requests_waiting, seats_waiting
+            )
+            segments[key] = segments.get(key, 0.0) + dt
+            if len(segments) >= 4096 and self.on_segments_full is not None:
+                self.on_segments_full()
         return now
-
-    def note_counts(self, at: float) -> None:
-        """Record, as of ``at``, each followed count that moved since it was last recorded."""
-        seats_in_use = self.tot_seats_in_use
-        t = self.seats_times
-        if t.value != seats_in_use:
-            t.change(seats_in_use, at)
-        t = self.executing_times
-        if t.value != self.tot_requests_executing:
-            t.change(self.tot_requests_executing, at)
-        t = self.waiting_times
-        if t.value != self.tot_requests_waiting:
-            t.change(self.tot_requests_waiting, at)
-        demand = seats_in_use + self.tot_seats_waiting
-        t = self.demand_times
-        if t.value != demand:
-            t.change(demand, at)
 
     def _advance_epoch(self) -> None:
         self.current_r -= R_DECREMENT

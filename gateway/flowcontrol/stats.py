@@ -1,9 +1,8 @@
 """Plain-Python statistics the core keeps; ``gateway.metrics`` exports them at scrape time.
 
 Counting with attribute increments (instead of calling a metrics library on the hot path) keeps
-admission cheap. Time-weighted ("timing") histograms are fed by ``CountTimes``: the seconds
-each count spent at each of its values, credited only when that count changes and folded into
-the histograms when they are read.
+admission cheap. Time-weighted ("timing") histograms are fed by state segments that the queue
+set appends once per operation and folds later, so the hot path pays one tuple append.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Final
 
 # Bucket boundaries, exactly as kubernetes/apiserver pkg/util/flowcontrol/metrics.
 QUEUE_LENGTH_BUCKETS = (0, 10, 25, 50, 100, 250, 500, 1000)
@@ -116,53 +114,6 @@ class FlowStats:
         self.execution_seconds = {"regular": self.exec_regular, "watch": self.exec_watch}
         self.watch_count_samples = Histogram(WATCH_COUNT_BUCKETS)
         self.work_estimated_seats = Histogram(WORK_SEATS_BUCKETS)
-
-
-# Counts below this are kept in a list indexed by the count; others (and negative ones, which
-# would be a bug) in a dict. A list slot update costs no hashing and no key comparison.
-_DENSE_LIMIT: Final = 1 << 16
-
-
-class CountTimes:
-    """Seconds an integer count has held each of its values.
-
-    The hot path calls ``change`` only for a count that moved, with the time it moved; the
-    time-weighted histograms fold ``drain`` when read. Per value, time-weighted statistics
-    only need the total time at that value, not when or in which order it was spent.
-    """
-
-    __slots__ = ("since", "times", "value", "wide")
-
-    def __init__(self, now: float, value: int = 0) -> None:
-        self.value = value
-        self.since = now
-        self.times: list[float] = []
-        self.wide: dict[int, float] = {}
-
-    def change(self, value: int, at: float) -> None:
-        """The count becomes ``value`` at ``at``; the old value is credited up to ``at``."""
-        dt = at - self.since
-        if dt > 0:
-            old = self.value
-            times = self.times
-            if 0 <= old < len(times):
-                times[old] += dt
-            elif 0 <= old < _DENSE_LIMIT:
-                times.extend([0.0] * (old + 1 - len(times)))
-                times[old] = dt
-            else:
-                self.wide[old] = self.wide.get(old, 0.0) + dt
-            self.since = at
-        self.value = value
-
-    def drain(self, at: float) -> list[tuple[int, float]]:
-        """(value, seconds) for every value held up to ``at``, which then count from zero."""
-        self.change(self.value, at)
-        out = [(value, seconds) for value, seconds in enumerate(self.times) if seconds > 0]
-        out.extend(self.wide.items())
-        self.times = [0.0] * len(self.times)
-        self.wide.clear()
-        return out
 
 
 class TimeIntegrator:

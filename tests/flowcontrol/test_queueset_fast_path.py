@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING, QueueSet, Request
-from gateway.flowcontrol.stats import CountTimes, FlowStats, Histogram
+from gateway.flowcontrol.stats import FlowStats, Histogram
 from gateway.testing import FakeEventClock
 from tests.flowcontrol.test_queueset_properties import operations, queue_configs
 
@@ -84,16 +84,10 @@ class Run:
             qs.current_r, qs.robin_index, qs.enqueues, qs.active_queues, qs.tot_requests_waiting,
             qs.tot_seats_waiting, qs.tot_requests_executing, qs.tot_seats_in_use, qs.dispatched,
             qs.rejected, qs.cancelled, qs.dispatch_r, qs.latest_s, qs.demand.value,
-            qs.demand.min, qs.demand.max,
-            *(_times(t) for t in (qs.seats_times, qs.executing_times, qs.waiting_times,
-                                  qs.demand_times)),
+            qs.demand.min, qs.demand.max, dict(qs.segments),
         )  # fmt: skip
         stats = [_stats(s) for s in self.stats]
         return (requests, queues, counters, stats, list(self.decided))
-
-
-def _times(t: CountTimes) -> tuple[Any, ...]:
-    return (t.value, t.since, tuple(t.times), dict(t.wide))
 
 
 def _hist(h: Histogram) -> tuple[Any, ...]:
