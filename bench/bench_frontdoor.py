@@ -325,28 +325,25 @@ def in_process(rounds: int) -> None:
         print(f"{concurrency:>2} in flight, us/request median (min-max): {cells}")
 
 
-def run_pairs(args: argparse.Namespace, up: int, impl: tuple[str, ...]) -> int:
-    tree = ROOT
-    if args.compiled:
-        from gateway.compiled import build_tree
+def compiled_tree() -> Path:
+    """A copy of this tree built with the compiled hot path (setup.py)."""
+    from gateway.compiled import build_tree
 
-        tree = build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
+    return build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
+
+
+def run_pairs(args: argparse.Namespace, up: int, impl: tuple[str, ...]) -> int:
+    tree = compiled_tree() if args.compiled else ROOT
     off_port, on_port = free_port(), free_port()
-    upstream = subprocess.Popen([PY, "-c", UPSTREAM_APP, str(up)], stdout=subprocess.DEVNULL)
-    PIDS[up] = [upstream.pid]
-    try:
-        wait_port(up)
-        with (
-            process(gateway_args(off_port, up, *OFF, *impl), off_port, tree),
-            process(gateway_args(on_port, up, *impl), on_port, tree),
-        ):
-            print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
-                  f"{'compiled' if args.compiled else 'interpreted'} build, wrk -t1 -c32 "
-                  f"-d{args.duration}s, {args.pairs} ABBA pairs")  # fmt: skip
-            paired((off_port, on_port), args.pairs, args.duration)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
+    with (
+        process([PY, "-c", UPSTREAM_APP, str(up)], up),
+        process(gateway_args(off_port, up, *OFF, *impl), off_port, tree),
+        process(gateway_args(on_port, up, *impl), on_port, tree),
+    ):
+        print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
+              f"{'compiled' if args.compiled else 'interpreted'} build, wrk -t1 -c32 "
+              f"-d{args.duration}s, {args.pairs} ABBA pairs")  # fmt: skip
+        paired((off_port, on_port), args.pairs, args.duration)
     return 0
 
 
@@ -405,23 +402,12 @@ def main() -> int:
         )
         variants["apf-on"] = process(gateway_args(ports["apf-on"], up, *impl), ports["apf-on"])
         if args.compiled:
-            from gateway.compiled import build_tree
-
-            tree = build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
+            tree = compiled_tree()
             for name, extra in (("apf-off-compiled", (*OFF, *impl)), ("apf-on-compiled", impl)):
                 ports[name] = free_port()
                 variants[name] = process(gateway_args(ports[name], up, *extra), ports[name], tree)
-    env = {**os.environ}
-    upstream = subprocess.Popen(
-        [PY, "-c", UPSTREAM_APP, str(up)], env=env, stdout=subprocess.DEVNULL
-    )
-    PIDS[up] = [upstream.pid]
-    try:
-        wait_port(up)
+    with process([PY, "-c", UPSTREAM_APP, str(up)], up):
         results = run(variants, ports, args.rounds, args.duration)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
     print()
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, wrk -t1 -c32 -d{args.duration}s"
