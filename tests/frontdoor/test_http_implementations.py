@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,15 @@ def gateway(request: pytest.FixtureRequest, upstream: ServerThread) -> Iterator[
 Reply = tuple[bytes, dict[bytes, bytes], bytes]
 
 
+def _recv_until(sock: socket.socket, done: Callable[[bytes], bool], data: bytes = b"") -> bytes:
+    """Read until ``done(data)``; the server closing the connection first fails the test."""
+    while not done(data):
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {data!r}"
+        data += chunk
+    return data
+
+
 def _exchange(port: int, raw: bytes, responses: int = 1) -> list[Reply]:
     """Send ``raw`` on one connection and read ``responses`` content-length-framed replies."""
     out = []
@@ -35,18 +44,12 @@ def _exchange(port: int, raw: bytes, responses: int = 1) -> list[Reply]:
         sock.sendall(raw)
         buf = b""
         for _ in range(responses):
-            while b"\r\n\r\n" not in buf:
-                chunk = sock.recv(65536)
-                assert chunk, f"connection closed after {buf!r}"
-                buf += chunk
+            buf = _recv_until(sock, lambda b: b"\r\n\r\n" in b, buf)
             head, buf = buf.split(b"\r\n\r\n", 1)
             status, *lines = head.split(b"\r\n")
             headers = {k.lower(): v for k, _, v in (line.partition(b": ") for line in lines)}
             size = int(headers.get(b"content-length", b"0"))
-            while len(buf) < size:
-                chunk = sock.recv(65536)
-                assert chunk
-                buf += chunk
+            buf = _recv_until(sock, lambda b, n=size: len(b) >= n, buf)
             out.append((status, headers, buf[:size]))
             buf = buf[size:]
     return out
@@ -88,11 +91,7 @@ def test_head_has_length_and_no_body(gateway: ServerThread) -> None:
     raw = b"HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\nGET /release/z HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
         sock.sendall(raw)
-        data = b""
-        while data.count(b"\r\n\r\n") < 2 or not data.endswith(b"ok"):
-            chunk = sock.recv(65536)
-            assert chunk
-            data += chunk
+        data = _recv_until(sock, lambda d: d.count(b"\r\n\r\n") >= 2 and d.endswith(b"ok"))
     head_reply, get_reply = data.split(b"HTTP/1.1 200 OK", 2)[1:]
     assert b"content-length:" in head_reply.lower() and head_reply.endswith(b"\r\n\r\n")
     assert get_reply.endswith(b"\r\n\r\nok")
@@ -108,11 +107,7 @@ def test_expect_100_continue_upload(gateway: ServerThread) -> None:
         interim = sock.recv(65536)
         assert interim.startswith(b"HTTP/1.1 100 Continue\r\n")
         sock.sendall(body)
-        data = b""
-        while not data.endswith(b"}"):
-            chunk = sock.recv(65536)
-            assert chunk
-            data += chunk
+        data = _recv_until(sock, lambda d: d.endswith(b"}"))
     assert data.startswith(b"HTTP/1.1 200 OK")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["bytes"] == 1000
 
@@ -120,20 +115,14 @@ def test_expect_100_continue_upload(gateway: ServerThread) -> None:
 def test_chunked_response_streams_through(gateway: ServerThread, upstream: ServerThread) -> None:
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
         sock.sendall(b"GET /stream/2 HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while b"chunk1" not in data:  # both chunks arrive before the upstream finishes
-            chunk = sock.recv(65536)
-            assert chunk
-            data += chunk
+        # Both chunks arrive before the upstream finishes.
+        data = _recv_until(sock, lambda d: b"chunk1" in d)
         assert b"transfer-encoding: chunked" in data.lower()
         with socket.create_connection(("127.0.0.1", upstream.port), timeout=5) as up:
             up.sendall(b"GET /release/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             while up.recv(65536):
                 pass
-        while not data.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk
-            data += chunk
+        data = _recv_until(sock, lambda d: d.endswith(b"0\r\n\r\n"), data)
     assert b"end\n" in data
 
 
