@@ -169,6 +169,15 @@ def main() -> int:
         help="count estimated cycles instead of instructions: valgrind's cache and branch "
         "simulation, weighted as KCachegrind does (about 2x slower)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compiled-tree", type=Path,
+        help="measure this already compiled tree (from gateway.compiled.build_tree) "
+        "instead of building one",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", action="store_true",
+        help="keep the work directory with every callgrind profile, for callgrind_annotate",
+    )  # fmt: skip
     args = parser.parse_args()
     impl = ("--http-implementation", args.http_implementation) if args.http_implementation else ()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -182,7 +191,7 @@ def main() -> int:
     if args.build != "interpreted":
         from gateway.compiled import build_tree
 
-        trees["compiled"] = build_tree(work / "tree", PY)
+        trees["compiled"] = args.compiled_tree or build_tree(work / "tree", PY)
     started = time.monotonic()
     print(f"HTTP implementation: {args.http_implementation or 'the default'}")
     print(f"Python {sys.version.split()[0]}, {args.requests} requests over "
@@ -210,7 +219,10 @@ def main() -> int:
             print(f"| {name} | {value:,.0f}{spread} | {off / value:.3f}x |")
         print(f"admission: {bare_on - off:+,.0f} per request; "
               f"the two PF headers in the server: {on - bare_on:+,.0f}")  # fmt: skip
-    shutil.rmtree(work, ignore_errors=True)
+    if args.keep:
+        print(f"profiles kept in {work} (callgrind.<port>.1, one per measurement)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\n({time.monotonic() - started:.0f} s)")
     return 0
 
