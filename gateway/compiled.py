@@ -14,6 +14,7 @@ COMPILED_MODULES = (
     "gateway/flowcontrol/digest.py",
     "gateway/flowcontrol/seats.py",
     "gateway/flowcontrol/stats.py",
+    "gateway/flowcontrol/segments.py",
     "gateway/flowcontrol/shufflesharding.py",
     "gateway/flowcontrol/kinds.py",
     "gateway/flowcontrol/queueset.py",

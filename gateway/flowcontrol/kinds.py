@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final
 
 from gateway.flowcontrol.clock import Clock
-from gateway.flowcontrol.queueset import SEGMENT_BITS, SegmentKey, segment_key, segment_state
+from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 
 KINDS: Final = ("readOnly", "mutating")
@@ -61,9 +61,10 @@ class RequestKindTracker:
         self._second = int(self.last)
         for mark in self._marks:
             mark.window = self._second
-        # The current state's ``segment_key``: its four counts in _SLOTS order.
-        self._key: SegmentKey = segment_key(0, 0, 0, 0)
-        self._segments: dict[SegmentKey, float] = {}
+        # The current state's key in ``_segments``: its four counts in _SLOTS order.
+        self._segments = Segments()
+        self._segments.on_full = self._fold
+        self._key = self._segments.key(0, 0, 0, 0)
 
     def _advance(self, now: float | None = None) -> float:
         """Credit the time since the last change to the state that held during it.
@@ -74,15 +75,20 @@ class RequestKindTracker:
         if dt > 0:
             segments = self._segments
             key = self._key
-            segments[key] = segments.get(key, 0.0) + dt
+            seg = segments.current  # the credit, inlined (see Segments)
+            if seg.key != key:
+                near = seg.up if key > seg.key else seg.down
+                if near is not None and near.key == key:
+                    segments.current = seg = near
+                else:
+                    seg = segments.next(key)
+            seg.seconds += dt
             self.last = now
             second = int(now)
             if second != self._second:
                 self._second = second
                 for mark in self._marks:
                     mark.roll(second)
-            if len(segments) > 4096:
-                self._fold()
         return now
 
     def add(self, phase: str, read_only: bool, delta: int, now: float | None = None) -> None:
@@ -101,20 +107,21 @@ class RequestKindTracker:
         current = mark.current + delta
         mark.current = current
         mark.window_max = max(mark.window_max, current)
-        if isinstance(key, int) and current >> SEGMENT_BITS == 0:
+        if key >= 0 and current >> SEGMENT_BITS == 0:
             # Every count was and stays in range: only this slot's field changes, by delta.
             self._key = key + (delta << slot * SEGMENT_BITS)
         else:
             ms = self._marks
-            self._key = segment_key(ms[0].current, ms[1].current, ms[2].current, ms[3].current)
+            self._key = self._segments.key(
+                ms[0].current, ms[1].current, ms[2].current, ms[3].current
+            )
 
     def _fold(self) -> None:
         dens = [self.denominators[phase] for phase, _ in _SLOTS]
         hists = [self.ratio[key] for key in _SLOTS]
-        for key, seconds in self._segments.items():
-            for value, den, hist in zip(segment_state(key), dens, hists, strict=True):
+        for state, seconds in self._segments.take():
+            for value, den, hist in zip(state, dens, hists, strict=True):
                 hist.hold(value / den, seconds)
-        self._segments.clear()
 
     def set_denominators(self, waiting: float, executing: float) -> None:
         self.sync()

@@ -11,7 +11,7 @@ from gateway.flowcontrol.objects import (
     PriorityLevelConfiguration,
     PriorityLevelType,
 )
-from gateway.flowcontrol.queueset import QueueSet, segment_state
+from gateway.flowcontrol.queueset import QueueSet
 from gateway.flowcontrol.retry_after import DroppedRequests
 from gateway.flowcontrol.seats import round_half_up
 from gateway.flowcontrol.stats import (
@@ -178,7 +178,7 @@ class PriorityLevel:
     def fold(self) -> None:
         """Fold the queue set's state segments into the time-weighted statistics."""
         qs = self.qs
-        segments = qs.segments
+        segments = qs.segments.take()
         if not segments:
             return
         den = qs.concurrency_denominator
@@ -188,8 +188,7 @@ class PriorityLevel:
         executing = self.request_utilization["executing"].hold
         demand_ratio = self.demand_seats.hold
         demand = qs.demand
-        for key, dt in segments.items():
-            seats_in_use, req_exec, req_wait, seats_wait = segment_state(key)
+        for (seats_in_use, req_exec, req_wait, seats_wait), dt in segments:
             seat_util(seats_in_use / den, dt)
             waiting(req_wait / wait_den, dt)
             executing(req_exec / den, dt)
@@ -198,7 +197,6 @@ class PriorityLevel:
             demand.duration += dt
             demand.integral += seat_demand * dt
             demand.sq_integral += seat_demand * seat_demand * dt
-        segments.clear()
 
     def sync(self) -> None:
         """Bring time-weighted statistics up to now (before a scrape or an adjustment)."""

@@ -31,7 +31,8 @@ from mypy_extensions import mypyc_attr
 
 from gateway.flowcontrol.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
-from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
+from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, R_WORD, seats_times_duration
+from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
 from gateway.flowcontrol.shufflesharding import Dealer
 from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
 
@@ -48,30 +49,6 @@ _entry_seq = itertools.count()
 # Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
 _INDEX_BITS: Final = 32
 _INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
-# State segment keys: four small non-negative counts packed into one int, SEGMENT_BITS each
-# (an int hashes and compares much faster than a 4-tuple); a state with a count outside
-# [0, 2**SEGMENT_BITS) keeps its tuple. Either way each state has exactly one key.
-SEGMENT_BITS: Final = 15
-SEGMENT_MASK: Final = (1 << SEGMENT_BITS) - 1
-SegmentKey = int | tuple[int, int, int, int]
-
-
-def segment_key(a: int, b: int, c: int, d: int) -> SegmentKey:
-    if (a | b | c | d) >> SEGMENT_BITS == 0:
-        return a | b << SEGMENT_BITS | c << 2 * SEGMENT_BITS | d << 3 * SEGMENT_BITS
-    return (a, b, c, d)
-
-
-def segment_state(key: SegmentKey) -> tuple[int, int, int, int]:
-    """The four counts of a ``segment_key``."""
-    if isinstance(key, int):
-        return (
-            key & SEGMENT_MASK,
-            key >> SEGMENT_BITS & SEGMENT_MASK,
-            key >> 2 * SEGMENT_BITS & SEGMENT_MASK,
-            key >> 3 * SEGMENT_BITS,
-        )
-    return key
 
 
 class Queue:
@@ -234,8 +211,8 @@ class QueueSet:
         # waiting) -> seconds, folded into timing histograms by ``gateway.flowcontrol.level``.
         # Summing per state keeps the hot path to one dict update and the fold to the few
         # distinct states (time-weighted histograms do not depend on the order of segments).
-        # Keyed by ``segment_key`` (decode with ``segment_state``).
-        self.segments: dict[SegmentKey, float] = {}
+        self.segments = Segments()
+        self.segments.on_full = self._segments_full
         self.on_segments_full: Callable[[], None] | None = None
         # Called on every rejection (immediate or at the end of a wait): Retry-After history.
         self.on_reject: Callable[[], None] | None = None
@@ -304,16 +281,33 @@ class QueueSet:
                 limit = self.concurrency_limit
                 ratio = (requested if requested < limit else limit) / self.active_queues
                 self.current_r += seats_times_duration(ratio, dt)
-                if self.current_r >= HIGH_R:
+                if self.current_r >= R_WORD and self.current_r >= HIGH_R:
                     self._advance_epoch()
+            executing = self.tot_requests_executing
+            waiting = self.tot_requests_waiting
             segments = self.segments
-            key = segment_key(
-                seats_in_use, self.tot_requests_executing, self.tot_requests_waiting, seats_waiting
-            )
-            segments[key] = segments.get(key, 0.0) + dt
-            if len(segments) >= 4096 and self.on_segments_full is not None:
-                self.on_segments_full()
+            if (seats_in_use | executing | waiting | seats_waiting) >> SEGMENT_BITS == 0:
+                key = (
+                    seats_in_use
+                    | executing << SEGMENT_BITS
+                    | waiting << 2 * SEGMENT_BITS
+                    | seats_waiting << 3 * SEGMENT_BITS
+                )  # segments.pack, inlined (hot path)
+            else:
+                key = segments.key(seats_in_use, executing, waiting, seats_waiting)
+            seg = segments.current  # the credit, inlined (see Segments)
+            if seg.key != key:
+                near = seg.up if key > seg.key else seg.down
+                if near is not None and near.key == key:
+                    segments.current = seg = near
+                else:
+                    seg = segments.next(key)
+            seg.seconds += dt
         return now
+
+    def _segments_full(self) -> None:
+        if self.on_segments_full is not None:
+            self.on_segments_full()
 
     def _advance_epoch(self) -> None:
         self.current_r -= R_DECREMENT

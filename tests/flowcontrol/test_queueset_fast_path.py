@@ -84,7 +84,7 @@ class Run:
             qs.current_r, qs.robin_index, qs.enqueues, qs.active_queues, qs.tot_requests_waiting,
             qs.tot_seats_waiting, qs.tot_requests_executing, qs.tot_seats_in_use, qs.dispatched,
             qs.rejected, qs.cancelled, qs.dispatch_r, qs.latest_s, qs.demand.value,
-            qs.demand.min, qs.demand.max, dict(qs.segments),
+            qs.demand.min, qs.demand.max, qs.segments.totals(),
         )  # fmt: skip
         stats = [_stats(s) for s in self.stats]
         return (requests, queues, counters, stats, list(self.decided))

@@ -1,7 +1,10 @@
-"""State segment keys: small states pack into one int, others keep their tuple; the statistics
-folded from them are the same either way."""
+"""State segments: small states pack into one int key, others get an id of their own; the
+statistics folded from them are the same either way, and the memoized neighbour links never
+change where time is credited."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
@@ -9,7 +12,8 @@ from gateway.flowcontrol import bootstrap
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.kinds import RequestKindTracker
 from gateway.flowcontrol.level import PriorityLevel
-from gateway.flowcontrol.queueset import EXECUTING, QueueSet, segment_key, segment_state
+from gateway.flowcontrol.queueset import EXECUTING, QueueSet
+from gateway.flowcontrol.segments import MAX_SEGMENTS, Segment, Segments, State
 from gateway.flowcontrol.stats import FlowStats
 from gateway.testing import FakeEventClock
 
@@ -22,16 +26,77 @@ BIG = 1 << 15  # the first count that does not fit a packed field
      (5, BIG * 3, 1, 0), (-1, 0, 0, 0), (0, 0, -2, 7)],
 )  # fmt: skip
 def test_segment_key_round_trips(state: tuple[int, int, int, int]) -> None:
-    key = segment_key(*state)
-    assert segment_state(key) == state
+    segments = Segments()
+    key = segments.key(*state)
+    assert segments.state(key) == state
+    assert segments.key(*state) == key  # the same state, the same key
     packed = all(0 <= v < BIG for v in state)
-    assert isinstance(key, int) == packed
+    assert (key >= 0) == packed
 
 
 def test_distinct_states_have_distinct_keys() -> None:
+    segments = Segments()
     states = [(a, b, c, d) for a in (0, 1, BIG - 1, BIG) for b in (0, 1, BIG)
               for c in (0, BIG - 1) for d in (0, 2, BIG)]  # fmt: skip
-    assert len({segment_key(*s) for s in states}) == len(states)
+    assert len({segments.key(*s) for s in states}) == len(states)
+
+
+def credit(segments: Segments, key: int, dt: float) -> None:
+    """The owners' inline credit (QueueSet.sync_time, RequestKindTracker._advance)."""
+    seg = segments.current
+    if seg.key != key:
+        near = seg.up if key > seg.key else seg.down
+        if near is not None and near.key == key:
+            segments.current = seg = near
+        else:
+            seg = segments.next(key)
+    seg.seconds += dt
+
+
+def test_credits_follow_the_key_whatever_the_links() -> None:
+    rng = random.Random(7)
+    segments = Segments()
+    expected: dict[State, float] = {}
+    state = [0, 0, 0, 0]
+    for _ in range(5000):  # a random walk, mostly one step at a time, sometimes a jump
+        slot = rng.randrange(4)
+        state[slot] = max(0, state[slot] + rng.choice((-1, 1, 1, -1, 5, -5)))
+        if rng.random() < 0.01:
+            state[0] += BIG  # leaves the packed form
+        dt = rng.choice((0.25, 0.5, 1.0))
+        key = segments.key(*state)
+        credit(segments, key, dt)
+        expected[tuple(state)] = expected.get(tuple(state), 0.0) + dt  # type: ignore[index]
+    assert segments.totals() == expected
+    assert dict(segments.take()) == expected
+    assert segments.totals() == {}  # taken
+
+
+def test_neighbour_links_are_used_under_steady_load() -> None:
+    segments = Segments()
+    keys = [segments.key(n, n, 0, 0) for n in (0, 1, 2, 1, 0, 1, 2, 3, 2)]
+    for key in keys:
+        credit(segments, key, 1.0)
+    made = {id(s) for s in segments._by_key.values()}
+    for key in keys:  # the same walk again: every step follows a link, no new node
+        credit(segments, key, 1.0)
+    assert {id(s) for s in segments._by_key.values()} == made
+    one = segments._by_key[segments.key(1, 1, 0, 0)]
+    assert isinstance(one.up, Segment) and one.up.key == segments.key(2, 2, 0, 0)
+    assert isinstance(one.down, Segment) and one.down.key == segments.key(0, 0, 0, 0)
+
+
+def test_too_many_states_fold_and_are_forgotten() -> None:
+    segments = Segments()
+    taken: list[tuple[State, float]] = []
+    segments.on_full = lambda: taken.extend(segments.take())
+    for n in range(MAX_SEGMENTS + 10):
+        credit(segments, segments.key(n, 0, 0, 0), 1.0)
+    # The fold came when the state number MAX_SEGMENTS appeared, before it was credited.
+    assert len(taken) == MAX_SEGMENTS - 1
+    assert len(segments._by_key) == 11  # the current state then the ten after it
+    taken.extend(segments.take())
+    assert sorted(taken) == [((n, 0, 0, 0), 1.0) for n in range(MAX_SEGMENTS + 10)]
 
 
 def test_queue_set_segments_beyond_a_packed_field() -> None:
@@ -44,7 +109,7 @@ def test_queue_set_segments_beyond_a_packed_field() -> None:
     qs.finish(req)
     clock.advance(1.0)
     qs.sync_time()
-    assert qs.segments == {(BIG + 5, 1, 0, 0): 2.0, 0: 1.0}
+    assert qs.segments.totals() == {(BIG + 5, 1, 0, 0): 2.0, (0, 0, 0, 0): 1.0}
 
 
 def test_level_fold_decodes_packed_and_tuple_keys() -> None:
