@@ -123,7 +123,9 @@ def measure(tree: Path, extra: tuple[str, ...], args: argparse.Namespace, work: 
         *gateway_args(port, up, "--config", str(work / "settings.yaml"), *extra),
     ]  # fmt: skip
     with process([PY, "-c", UPSTREAM_APP, str(up)], up):
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        # A fixed string-hash seed: dict probe sequences (and so their cache misses) then do
+        # not differ from one process to the next.
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
         log = work / f"gateway.{port}.log"
         with log.open("wb") as sink:
             proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=sink, stderr=sink)

@@ -32,7 +32,7 @@ from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
-from gateway.flowcontrol.queueset import EXECUTING, WAITING
+from gateway.flowcontrol.queueset import EXECUTING, WAITING, Request
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.settings.load import parse_duration
 
@@ -43,6 +43,19 @@ PL_HEADER: Final = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT: Final = 60.0
 # Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
 MAX_BUFFERED_BODY: Final = 1024 * 1024
+
+
+class _Described:
+    """What ``_admit_at_once`` worked out before finding the request cannot run at once."""
+
+    __slots__ = ("classification", "digest", "work")
+
+    def __init__(
+        self, digest: RequestDigest, classification: Classification, work: WorkEstimate
+    ) -> None:
+        self.digest = digest
+        self.classification = classification
+        self.work = work
 
 
 def unit_estimator(
@@ -133,30 +146,96 @@ class FlowControlMiddleware:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
+        # The common case decides without awaiting, in a plain method: compiled, a coroutine
+        # keeps every local in its frame object, so the less it holds the cheaper it runs.
+        if self._app_adds_headers and scope["type"] == "http":
+            decided = self._admit_at_once(scope)
+            if isinstance(decided, Admission):
+                try:
+                    await self._inner(scope)(scope, receive, send)
+                finally:
+                    decided.release()
+            elif isinstance(decided, Rejected):
+                await self._reject("http", send, decided, scope[RESPONSE_HEADERS_KEY])
+            else:
+                await self._general(scope, receive, send, decided)
             return
+        await self._general(scope, receive, send, None)
+
+    def _admit_at_once(self, scope: Scope) -> Admission | Rejected | _Described | None:
+        """An HTTP request that runs now, nothing queued, for an app that adds the PF headers
+        itself: its admission (the seats are held), or in a rare race its refusal. Otherwise
+        what was worked out so far (nothing was started) or None (nothing was done), for
+        ``_general``."""
         try:
             digest, long_running = self.describer.describe(scope)
-        except Unauthorized as exc:
-            if kind == "http":
-                await send_unauthorized(send, str(exc))
-            else:
-                await send({"type": "websocket.close", "code": 1008})
-            return
-        scope[DIGEST_KEY] = digest
+        except Unauthorized:
+            return None  # _general answers 401
         if long_running:
-            scope[LONG_RUNNING_KEY] = True
-            if digest.long_running:
-                await self.app(scope, receive, send)
-                return
+            return None
         controller = self._controller or self.controller
         classification = controller.classify(digest)
+        qs = classification.level.qs
+        info = digest.info
+        verb = info.verb
+        if verb == "watch" or qs.desired_num_queues == 0 or qs.tot_requests_waiting > 0:
+            return None
+        scope[DIGEST_KEY] = digest
         estimator = self.estimator
         work = (
             UNIT_WORK if estimator is unit_estimator else estimator(digest, classification, scope)
         )
+        if not qs.can_accommodate(work.max_seats):  # always true for exempt levels
+            return _Described(digest, classification, work)
+        seen = self._uid_headers.get(id(classification))
+        if seen is not None and seen[0] is classification:
+            scope[RESPONSE_HEADERS_KEY] = seen[1]
+        else:
+            scope[RESPONSE_HEADERS_KEY] = self._headers(classification)
+        req = controller.start(classification, work, descr=digest)
+        if req.state != EXECUTING:  # the level was replaced since classification
+            return self._refusal(controller, classification, req)
+        read_only = verb in READ_ONLY_VERBS
+        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
+        return Admission(controller, classification, req, read_only=read_only, watch=False)
+
+    async def _general(
+        self, scope: Scope, receive: Receive, send: Send, described: _Described | None
+    ) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if described is None:
+            try:
+                digest, long_running = self.describer.describe(scope)
+            except Unauthorized as exc:
+                if kind == "http":
+                    await send_unauthorized(send, str(exc))
+                else:
+                    await send({"type": "websocket.close", "code": 1008})
+                return
+            scope[DIGEST_KEY] = digest
+            if long_running:
+                scope[LONG_RUNNING_KEY] = True
+                if digest.long_running:
+                    await self.app(scope, receive, send)
+                    return
+            controller = self._controller or self.controller
+            classification = controller.classify(digest)
+            estimator = self.estimator
+            work = (
+                UNIT_WORK
+                if estimator is unit_estimator
+                else estimator(digest, classification, scope)
+            )
+        else:
+            digest, classification, work = (
+                described.digest,
+                described.classification,
+                described.work,
+            )
+            controller = self._controller or self.controller
         seen = self._uid_headers.get(id(classification))
         if seen is not None and seen[0] is classification:
             pf_headers = seen[1]
@@ -189,11 +268,9 @@ class FlowControlMiddleware:
         # the core decides at once; this is ``admit`` without the wait and its machinery.
         req = controller.start(classification, work, descr=digest)
         if req.state != EXECUTING:
-            if req.state == WAITING:  # excluded by the check above; never leave it queued
-                controller.cancel(classification, req, "time-out")
-            retry_after = controller.retry_after(classification.priority_level)
-            refusal = Rejected(req.reason or "time-out", classification, retry_after)
-            await self._reject(kind, send, refusal, pf_headers)
+            await self._reject(
+                kind, send, self._refusal(controller, classification, req), pf_headers
+            )
             return
         controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
         admission = Admission(controller, classification, req, read_only=read_only, watch=watch)
@@ -207,6 +284,16 @@ class FlowControlMiddleware:
                 admission.release()
             return
         await self._run(None, admission, scope, receive, send, pf_headers, watch)
+
+    @staticmethod
+    def _refusal(
+        controller: FlowController, classification: Classification, req: Request
+    ) -> Rejected:
+        """A request the core did not start at once: never leave it queued."""
+        if req.state == WAITING:  # excluded by the callers' checks
+            controller.cancel(classification, req, "time-out")
+        retry_after = controller.retry_after(classification.priority_level)
+        return Rejected(req.reason or "time-out", classification, retry_after)
 
     def _inner(self, scope: Scope) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""

@@ -292,10 +292,9 @@ class FlowController:
     ) -> bool:
         return classification.level.qs.cancel(req, reason)
 
-    def finish(
-        self, classification: Classification, req: Request, now: float | None = None
-    ) -> None:
-        """``now``: the caller's clock reading, when it just took one (saves a read)."""
+    def finish(self, classification: Classification, req: Request, now: float = -1.0) -> None:
+        """``now``: the caller's clock reading, when it just took one (saves a read);
+        negative: read it here."""
         level = classification.level
         if level.qs.finish(req, now):
             self._reap(level)

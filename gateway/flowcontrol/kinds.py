@@ -66,10 +66,11 @@ class RequestKindTracker:
         self._segments.on_full = self._fold
         self._key = self._segments.key(0, 0, 0, 0)
 
-    def _advance(self, now: float | None = None) -> float:
+    def _advance(self, now: float = -1.0) -> float:
         """Credit the time since the last change to the state that held during it.
-        ``now``: the caller's clock reading, when it just took one (saves a read)."""
-        if now is None:
+        ``now``: the caller's clock reading, when it just took one (saves a read); negative:
+        read the clock."""
+        if now < 0:
             now = self._now()
         dt = now - self.last
         if dt > 0:
@@ -91,8 +92,9 @@ class RequestKindTracker:
                     mark.roll(second)
         return now
 
-    def add(self, phase: str, read_only: bool, delta: int, now: float | None = None) -> None:
-        """``now``: the caller's clock reading, when it just took one (saves a read)."""
+    def add(self, phase: str, read_only: bool, delta: int, now: float = -1.0) -> None:
+        """``now``: the caller's clock reading, when it just took one (saves a read); negative:
+        read the clock."""
         self._advance(now)
         key = self._key
         # The phase's base slot, without a dict look-up (a KeyError for another phase).

@@ -267,9 +267,11 @@ class QueueSet:
         self.dispatch_as_much_as_possible()
 
     # ------------------------------------------------------------------ time
-    def sync_time(self, now: float | None = None) -> float:
-        """``now``: the caller's clock reading, when it just took one (saves a read)."""
-        if now is None:
+    def sync_time(self, now: float = -1.0) -> float:
+        """``now``: the caller's clock reading, when it just took one (saves a read); negative
+        (the default): read the clock. A float, not ``float | None``: compiled, it stays
+        unboxed."""
+        if now < 0:
             now = self._now()
         dt = now - self.last_real_time
         if dt > 0:
@@ -725,7 +727,7 @@ class QueueSet:
         return True
 
     # ------------------------------------------------------------------ completion
-    def finish(self, req: Request, now: float | None = None) -> bool:
+    def finish(self, req: Request, now: float = -1.0) -> bool:
         """The request's main phase is over; returns whether the level is now idle.
         ``now``: the caller's clock reading, when it just took one."""
         if req.state != EXECUTING:
