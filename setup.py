@@ -20,13 +20,25 @@ from setuptools import setup
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gateway.compiled import COMPILED_MODULES
 
+# All compiled modules share one C file and one shared library. By default every function in
+# it may be interposed at load time, so gcc calls even its own functions through the PLT and
+# never inlines across them. These flags let it call and inline directly, as CPython's own
+# build does for libpython (measured: admission -20% in estimated cycles, bench_instructions).
+# The modules' init functions are exported explicitly (PyMODINIT_FUNC), so hiding the rest is
+# safe.
+UNIX_CFLAGS = ["-fno-semantic-interposition", "-fvisibility=hidden"]
+
 
 def ext_modules() -> list[object]:
     if os.environ.get("APF_GATEWAY_COMPILE", "").lower() not in ("1", "true", "yes"):
         return []
     from mypyc.build import mypycify
 
-    return list(mypycify(list(COMPILED_MODULES), opt_level="3", debug_level="0"))
+    extensions = list(mypycify(list(COMPILED_MODULES), opt_level="3", debug_level="0"))
+    if sys.platform != "win32":
+        for extension in extensions:
+            extension.extra_compile_args = [*extension.extra_compile_args, *UNIX_CFLAGS]
+    return extensions
 
 
 setup(ext_modules=ext_modules())

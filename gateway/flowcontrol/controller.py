@@ -296,7 +296,7 @@ class FlowController:
         """``now``: the caller's clock reading, when it just took one (saves a read);
         negative: read it here."""
         level = classification.level
-        if level.qs.finish(req, now):
+        if level.qs.finish_at(req, now if now >= 0 else self.now()):
             self._reap(level)
 
     def _reap(self, level: PriorityLevel) -> None:

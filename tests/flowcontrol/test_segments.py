@@ -155,3 +155,21 @@ def test_kind_counts_beyond_a_packed_field() -> None:
     assert mut_wait.sum == 2.0 * 1.0 + 2.0 * 2.0 + 1.0 * 4.0
     assert kinds.ratio["waiting", "readOnly"].sum == 0.0
     assert kinds.ratio["executing", "mutating"].sum == 0.0
+
+
+class _Subclass(QueueSet):
+    """Interpreted, as tests' reference queue sets are: compiled code then calls its methods
+    through Python, where mypyc once lost a float default argument (0.0 instead of the clock)."""
+
+
+@pytest.mark.parametrize("cls", [QueueSet, _Subclass])
+def test_start_and_finish_read_the_clock_in_subclasses_too(cls: type[QueueSet]) -> None:
+    clock = FakeEventClock(start=10.0)
+    qs = cls("x", clock, desired_num_queues=-1, concurrency_limit=10)
+    clock.advance(1.0)
+    req = qs.start_request(WorkEstimate(1), 0, FlowStats(), "fs")
+    assert (req.arrival_time, qs.last_real_time) == (11.0, 11.0)
+    clock.advance(2.0)
+    qs.finish(req)
+    assert qs.last_real_time == 13.0
+    assert qs.segments.totals() == {(0, 0, 0, 0): 1.0, (1, 1, 0, 0): 2.0}
