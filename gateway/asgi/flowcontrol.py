@@ -84,7 +84,9 @@ class FlowControlMiddleware:
         self.app = app
         # An inner app that can pick a lighter app per request (LearningApp.select: most
         # requests skip its layer); called once the request is admitted and estimated.
-        self._select: Callable[[Scope], ASGIApp] | None = getattr(app, "select", None)
+        # ``select(scope, now)``; ``now`` is a clock reading admission just took (negative:
+        # none), so the choice does not need one of its own.
+        self._select: Callable[[Scope, float], ASGIApp] | None = getattr(app, "select", None)
         self._app_adds_headers = bool(getattr(app, "adds_response_headers", False))
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.
@@ -152,7 +154,8 @@ class FlowControlMiddleware:
             decided = self._admit_at_once(scope)
             if isinstance(decided, Admission):
                 try:
-                    await self._inner(scope)(scope, receive, send)
+                    app = self._inner(scope, decided.request.start_time)
+                    await app(scope, receive, send)
                 finally:
                     decided.release()
             elif isinstance(decided, Rejected):
@@ -295,9 +298,9 @@ class FlowControlMiddleware:
         retry_after = controller.retry_after(classification.priority_level)
         return Rejected(req.reason or "time-out", classification, retry_after)
 
-    def _inner(self, scope: Scope) -> ASGIApp:
+    def _inner(self, scope: Scope, now: float = -1.0) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
-        return self.app if self._select is None else self._select(scope)
+        return self.app if self._select is None else self._select(scope, now)
 
     async def _run(
         self,

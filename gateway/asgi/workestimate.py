@@ -117,10 +117,12 @@ class GatewayEstimator:
             scope[ROUTE_KEY] = estimate.route
         return estimate.work
 
-    def should_learn(self, info: RequestInfo) -> bool:
+    def should_learn(self, info: RequestInfo, now: float = -1.0) -> bool:
         """One list response per collection and interval is read for its size; the others
-        pass straight through (reading every response costs more than admission itself)."""
-        now = self.now()
+        pass straight through (reading every response costs more than admission itself).
+        ``now``: a clock reading the caller has (negative: read the clock)."""
+        if now < 0:
+            now = self.now()
         key = (info.api_group, info.resource, info.namespace)
         last = self._learning.get(key)
         if last is not None and now - last < self.list_learning_interval:
@@ -147,7 +149,8 @@ class LearningApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.select(scope)(scope, receive, send)
 
-    def select(self, scope: Scope) -> ASGIApp:
+    def select(self, scope: Scope, now: float = -1.0) -> ASGIApp:
+        """``now``: a clock reading the caller just took (negative: read one if needed)."""
         digest: RequestDigest | None = scope.get(DIGEST_KEY)
         if digest is None:
             return self.app
@@ -163,7 +166,7 @@ class LearningApp:
             return self.app
         if verb == "watch":
             return self._watched
-        if info.query_value("continue") or not self.estimator.should_learn(info):
+        if info.query_value("continue") or not self.estimator.should_learn(info, now):
             # A later page says nothing about the total; a recent response already told it.
             return self.app
         return self._listed

@@ -243,3 +243,17 @@ def test_serve_runs_the_borrowing_adjuster(
         wait_until(lambda: kube.app.held == min(wanted, after))
         kube.call(kube.app.release.set)
         assert all(c.result().status_code == 200 for c in calls)
+
+
+def test_the_learning_check_uses_the_clock_reading_it_is_given() -> None:
+    from gateway.asgi.workestimate import GatewayEstimator
+    from gateway.flowcontrol.digest import RequestInfo
+    from gateway.settings.model import WorkEstimationSettings
+
+    estimator = GatewayEstimator(WorkEstimationSettings(), now=lambda: 100.0)
+    info = RequestInfo(True, "/api/v1/pods", "list", resource="pods")
+    assert estimator.should_learn(info, 5.0)
+    assert not estimator.should_learn(info, 5.5)  # within the 1 s interval of 5.0
+    assert estimator.should_learn(info, 6.5)
+    assert estimator.should_learn(info)  # no reading given: the clock's (100.0)
+    assert not estimator.should_learn(info, 100.5)
