@@ -74,16 +74,7 @@ class RequestKindTracker:
             now = self._now()
         dt = now - self.last
         if dt > 0:
-            segments = self._segments
-            key = self._key
-            seg = segments.current  # the credit, inlined (see Segments)
-            if seg.key != key:
-                near = seg.up if key > seg.key else seg.down
-                if near is not None and near.key == key:
-                    segments.current = seg = near
-                else:
-                    seg = segments.next(key)
-            seg.seconds += dt
+            self._segments.credit(self._key, dt)
             self.last = now
             second = int(now)
             if second != self._second:

@@ -300,14 +300,7 @@ class QueueSet:
                 )  # segments.pack, inlined (hot path)
             else:
                 key = segments.key(seats_in_use, executing, waiting, seats_waiting)
-            seg = segments.current  # the credit, inlined (see Segments)
-            if seg.key != key:
-                near = seg.up if key > seg.key else seg.down
-                if near is not None and near.key == key:
-                    segments.current = seg = near
-                else:
-                    seg = segments.next(key)
-            seg.seconds += dt
+            segments.credit(key, dt)
         return now
 
     def _segments_full(self) -> None:

@@ -7,7 +7,7 @@ total per distinct state is enough.
 
 States repeat: a level under steady load moves between a handful of neighbouring states. Each
 state is a ``Segment`` node holding its own seconds, and each node remembers the last state
-reached from it upwards and downwards (by key). The caller checks those two links inline, so
+reached from it upwards and downwards (by key). ``credit`` checks those two links first, so
 the common change costs a few attribute reads and an int compare; a dict keyed by the packed
 state is only the fallback. (A dict update per credit hashed and compared a fresh 60-bit int
 key each time: about a fifth of compiled admission's cost.)
@@ -57,19 +57,7 @@ class Segment:
 
 
 class Segments:
-    """The states seen since the last fold, and the current one.
-
-    Crediting, inline in the owner (``next`` is the fallback)::
-
-        seg = segments.current
-        if seg.key != key:
-            near = seg.up if key > seg.key else seg.down
-            if near is not None and near.key == key:
-                segments.current = seg = near
-            else:
-                seg = segments.next(key)
-        seg.seconds += dt
-    """
+    """The states seen since the last fold, and the current one."""
 
     __slots__ = ("_by_key", "_wide", "_wide_states", "current", "on_full")
 
@@ -93,6 +81,17 @@ class Segments:
 
     def state(self, key: int) -> State:
         return unpack(key) if key >= 0 else self._wide_states[key]
+
+    def credit(self, key: int, dt: float) -> None:
+        """``dt`` seconds spent in the state ``key``, which is now the current one."""
+        seg = self.current
+        if seg.key != key:
+            near = seg.up if key > seg.key else seg.down
+            if near is not None and near.key == key:
+                self.current = seg = near
+            else:
+                seg = self.next(key)
+        seg.seconds += dt
 
     def next(self, key: int) -> Segment:
         """Make ``key`` the current state, remembered as the old one's neighbour in its

@@ -41,18 +41,6 @@ def test_distinct_states_have_distinct_keys() -> None:
     assert len({segments.key(*s) for s in states}) == len(states)
 
 
-def credit(segments: Segments, key: int, dt: float) -> None:
-    """The owners' inline credit (QueueSet.sync_time, RequestKindTracker._advance)."""
-    seg = segments.current
-    if seg.key != key:
-        near = seg.up if key > seg.key else seg.down
-        if near is not None and near.key == key:
-            segments.current = seg = near
-        else:
-            seg = segments.next(key)
-    seg.seconds += dt
-
-
 def test_credits_follow_the_key_whatever_the_links() -> None:
     rng = random.Random(7)
     segments = Segments()
@@ -65,7 +53,7 @@ def test_credits_follow_the_key_whatever_the_links() -> None:
             state[0] += BIG  # leaves the packed form
         dt = rng.choice((0.25, 0.5, 1.0))
         key = segments.key(*state)
-        credit(segments, key, dt)
+        segments.credit(key, dt)
         expected[tuple(state)] = expected.get(tuple(state), 0.0) + dt  # type: ignore[index]
     assert segments.totals() == expected
     assert dict(segments.take()) == expected
@@ -76,10 +64,10 @@ def test_neighbour_links_are_used_under_steady_load() -> None:
     segments = Segments()
     keys = [segments.key(n, n, 0, 0) for n in (0, 1, 2, 1, 0, 1, 2, 3, 2)]
     for key in keys:
-        credit(segments, key, 1.0)
+        segments.credit(key, 1.0)
     made = {id(s) for s in segments._by_key.values()}
     for key in keys:  # the same walk again: every step follows a link, no new node
-        credit(segments, key, 1.0)
+        segments.credit(key, 1.0)
     assert {id(s) for s in segments._by_key.values()} == made
     one = segments._by_key[segments.key(1, 1, 0, 0)]
     assert isinstance(one.up, Segment) and one.up.key == segments.key(2, 2, 0, 0)
@@ -91,7 +79,7 @@ def test_too_many_states_fold_and_are_forgotten() -> None:
     taken: list[tuple[State, float]] = []
     segments.on_full = lambda: taken.extend(segments.take())
     for n in range(MAX_SEGMENTS + 10):
-        credit(segments, segments.key(n, 0, 0, 0), 1.0)
+        segments.credit(segments.key(n, 0, 0, 0), 1.0)
     # The fold came when the state number MAX_SEGMENTS appeared, before it was credited.
     assert len(taken) == MAX_SEGMENTS - 1
     assert len(segments._by_key) == 11  # the current state then the ten after it
