@@ -140,7 +140,18 @@ class FlowControlMiddleware:
                 for req in qs.waiting_requests(queue):
                     qs.cancel(req, "time-out")
 
-    def _headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
+    def _estimate(
+        self, digest: RequestDigest, classification: Classification, scope: Scope
+    ) -> WorkEstimate:
+        estimator = self.estimator
+        if estimator is unit_estimator:
+            return UNIT_WORK
+        return estimator(digest, classification, scope)
+
+    def _pf_headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
+        seen = self._uid_headers.get(id(c))
+        if seen is not None and seen[0] is c:
+            return seen[1]
         found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
         if len(self._uid_headers) > 4096:
             self._uid_headers.clear()
@@ -184,17 +195,10 @@ class FlowControlMiddleware:
         if verb == "watch" or qs.desired_num_queues == 0 or qs.tot_requests_waiting > 0:
             return None
         scope[DIGEST_KEY] = digest
-        estimator = self.estimator
-        work = (
-            UNIT_WORK if estimator is unit_estimator else estimator(digest, classification, scope)
-        )
+        work = self._estimate(digest, classification, scope)
         if not qs.can_accommodate(work.max_seats):  # always true for exempt levels
             return _Described(digest, classification, work)
-        seen = self._uid_headers.get(id(classification))
-        if seen is not None and seen[0] is classification:
-            scope[RESPONSE_HEADERS_KEY] = seen[1]
-        else:
-            scope[RESPONSE_HEADERS_KEY] = self._headers(classification)
+        scope[RESPONSE_HEADERS_KEY] = self._pf_headers(classification)
         req = controller.start(classification, work, descr=digest)
         if req.state != EXECUTING:  # the level was replaced since classification
             return self._refusal(controller, classification, req)
@@ -226,12 +230,7 @@ class FlowControlMiddleware:
                     return
             controller = self._controller or self.controller
             classification = controller.classify(digest)
-            estimator = self.estimator
-            work = (
-                UNIT_WORK
-                if estimator is unit_estimator
-                else estimator(digest, classification, scope)
-            )
+            work = self._estimate(digest, classification, scope)
         else:
             digest, classification, work = (
                 described.digest,
@@ -239,11 +238,7 @@ class FlowControlMiddleware:
                 described.work,
             )
             controller = self._controller or self.controller
-        seen = self._uid_headers.get(id(classification))
-        if seen is not None and seen[0] is classification:
-            pf_headers = seen[1]
-        else:
-            pf_headers = self._headers(classification)
+        pf_headers = self._pf_headers(classification)
         info = digest.info
         verb = info.verb
         watch = verb == "watch"

@@ -32,7 +32,7 @@ from mypy_extensions import mypyc_attr
 from gateway.flowcontrol.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, R_WORD, seats_times_duration
-from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
+from gateway.flowcontrol.segments import Segments
 from gateway.flowcontrol.shufflesharding import Dealer
 from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
 
@@ -209,8 +209,8 @@ class QueueSet:
         self.cancelled = 0
         # Observability: time spent in each state (seats in use, executing, waiting, seats
         # waiting) -> seconds, folded into timing histograms by ``gateway.flowcontrol.level``.
-        # Summing per state keeps the hot path to one dict update and the fold to the few
-        # distinct states (time-weighted histograms do not depend on the order of segments).
+        # Summing per state keeps the hot path to one credit and the fold to the few distinct
+        # states (time-weighted histograms do not depend on the order of segments).
         self.segments = Segments()
         self.segments.on_full = self._segments_full
         self.on_segments_full: Callable[[], None] | None = None
@@ -288,18 +288,10 @@ class QueueSet:
                 self.current_r += seats_times_duration(ratio, dt)
                 if self.current_r >= R_WORD and self.current_r >= HIGH_R:
                     self._advance_epoch()
-            executing = self.tot_requests_executing
-            waiting = self.tot_requests_waiting
             segments = self.segments
-            if (seats_in_use | executing | waiting | seats_waiting) >> SEGMENT_BITS == 0:
-                key = (
-                    seats_in_use
-                    | executing << SEGMENT_BITS
-                    | waiting << 2 * SEGMENT_BITS
-                    | seats_waiting << 3 * SEGMENT_BITS
-                )  # segments.pack, inlined (hot path)
-            else:
-                key = segments.key(seats_in_use, executing, waiting, seats_waiting)
+            key = segments.key(
+                seats_in_use, self.tot_requests_executing, self.tot_requests_waiting, seats_waiting
+            )
             segments.credit(key, dt)
         return now
 

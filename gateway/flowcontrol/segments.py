@@ -71,7 +71,7 @@ class Segments:
 
     def key(self, a: int, b: int, c: int, d: int) -> int:
         if (a | b | c | d) >> SEGMENT_BITS == 0:
-            return a | b << SEGMENT_BITS | c << 2 * SEGMENT_BITS | d << 3 * SEGMENT_BITS
+            return pack(a, b, c, d)
         state = (a, b, c, d)
         found = self._wide.get(state)
         if found is None:
