@@ -32,7 +32,7 @@ from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
-from gateway.flowcontrol.queueset import EXECUTING, WAITING, Request
+from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.settings.load import parse_duration
 
@@ -199,12 +199,7 @@ class FlowControlMiddleware:
         if not qs.can_accommodate(work.max_seats):  # always true for exempt levels
             return _Described(digest, classification, work)
         scope[RESPONSE_HEADERS_KEY] = self._pf_headers(classification)
-        req = controller.start(classification, work, descr=digest)
-        if req.state != EXECUTING:  # the level was replaced since classification
-            return self._refusal(controller, classification, req)
-        read_only = verb in READ_ONLY_VERBS
-        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
-        return Admission(controller, classification, req, read_only=read_only, watch=False)
+        return self._start_now(controller, classification, work, digest, watch=False)
 
     async def _general(
         self, scope: Scope, receive: Receive, send: Send, described: _Described | None
@@ -264,14 +259,10 @@ class FlowControlMiddleware:
             return
         # Fast path: nothing is queued and the seats are free (or the level never queues), so
         # the core decides at once; this is ``admit`` without the wait and its machinery.
-        req = controller.start(classification, work, descr=digest)
-        if req.state != EXECUTING:
-            await self._reject(
-                kind, send, self._refusal(controller, classification, req), pf_headers
-            )
+        started = self._start_now(controller, classification, work, digest, watch=watch)
+        if isinstance(started, Rejected):
+            await self._reject(kind, send, started, pf_headers)
             return
-        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
-        admission = Admission(controller, classification, req, read_only=read_only, watch=watch)
         if not watch and kind == "http" and self._app_adds_headers:
             # The common case, without _run's coroutine: the app adds the PF headers itself.
             scope[RESPONSE_HEADERS_KEY] = pf_headers
@@ -279,19 +270,30 @@ class FlowControlMiddleware:
             try:
                 await app(scope, receive, send)
             finally:
-                admission.release()
+                started.release()
             return
-        await self._run(None, admission, scope, receive, send, pf_headers, watch)
+        await self._run(None, started, scope, receive, send, pf_headers, watch)
 
     @staticmethod
-    def _refusal(
-        controller: FlowController, classification: Classification, req: Request
-    ) -> Rejected:
-        """A request the core did not start at once: never leave it queued."""
-        if req.state == WAITING:  # excluded by the callers' checks
-            controller.cancel(classification, req, "time-out")
-        retry_after = controller.retry_after(classification.priority_level)
-        return Rejected(req.reason or "time-out", classification, retry_after)
+    def _start_now(
+        controller: FlowController,
+        classification: Classification,
+        work: WorkEstimate,
+        digest: RequestDigest,
+        *,
+        watch: bool,
+    ) -> Admission | Rejected:
+        """Start a request the callers found can run at once (nothing queued, seats free, or
+        a level that never queues): its admission, or its refusal, never left queued."""
+        req = controller.start(classification, work, descr=digest)
+        if req.state != EXECUTING:
+            if req.state == WAITING:  # excluded by the callers' checks (a replaced level)
+                controller.cancel(classification, req, "time-out")
+            retry_after = controller.retry_after(classification.priority_level)
+            return Rejected(req.reason or "time-out", classification, retry_after)
+        read_only = digest.info.verb in READ_ONLY_VERBS
+        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
+        return Admission(controller, classification, req, read_only=read_only, watch=watch)
 
     def _inner(self, scope: Scope, now: float = -1.0) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
