@@ -1,8 +1,9 @@
 """Plain-Python statistics the core keeps; ``gateway.metrics`` exports them at scrape time.
 
 Counting with attribute increments (instead of calling a metrics library on the hot path) keeps
-admission cheap. Time-weighted ("timing") histograms are fed by state segments that the queue
-set appends once per operation and folds later, so the hot path pays one tuple append.
+admission cheap. Time-weighted ("timing") histograms are fed from the seconds spent in each
+joint state (``segments.py``): the queue set credits them on every change and the histograms are
+folded from those totals when read, so the hot path pays one credit, not several observations.
 """
 
 from __future__ import annotations
