@@ -31,6 +31,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger("gateway.router.api")
 MAX_LIST = 200
 DEFAULT_LIST = 30
+MAX_EPOCH_MS = 2**63 - 1  # what the stores' integer columns hold
 _TRUE = frozenset(("true", "yes", "on", "1"))
 _FALSE = frozenset(("false", "no", "off", "0"))
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
@@ -293,7 +294,7 @@ async def list_activations(request: web.Request) -> web.Response:
     bounds: dict[str, int | None] = {}
     for key in ("since", "upto"):
         value = request.query.get(key)
-        if value is not None and not value.isdigit():
+        if value is not None and not (value.isdigit() and int(value) <= MAX_EPOCH_MS):
             raise ApiError(400, f"{key} must be epoch milliseconds.")
         bounds[key] = int(value) if value else None
     await router.writer.flush()  # read your own writes: list what this router has recorded
