@@ -67,12 +67,6 @@ def settings(upstream: ServerThread, tmp_path: Path, **extra: Any) -> dict[str, 
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(4) as ex:
-        yield ex
-
-
-@pytest.fixture
 def gw(
     upstream: ServerThread, gateways: list[ServerThread], tmp_path: Path
 ) -> Iterator[ServerThread]:

@@ -3,24 +3,13 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import httpx
-from platform_support import Platform, action_url, invoke, put_action
+from platform_support import Platform, action_url, invoke, openwhisk_error, put_action
 
-TID = re.compile(r"^[0-9a-f]{32}$")
 ECHO = "def main(args):\n    return args\n"
-
-
-def openwhisk_error(r: httpx.Response, status: int) -> str:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    doc: dict[str, Any] = r.json()
-    assert set(doc) == {"error", "code"} and TID.match(doc["code"]), doc
-    return str(doc["error"])
 
 
 async def test_namespaces_counts_pages_and_code(

@@ -4,18 +4,17 @@ answers by itself (401 for a wrong key, 429 from APF), and only the API reaches 
 from __future__ import annotations
 
 import asyncio
-import re
 import select
 import signal
 import time
 from pathlib import Path
 
 import httpx
-from test_platform_up import free_port, start_up
+from platform_support import openwhisk_error
+from test_platform_up import TENANTS_CONFIG, free_port, start_up
 
 from gateway.cli.up import DEFAULT_API_KEY
 
-TID = re.compile(r"^[0-9a-f]{32}$")
 # One seat for every tenant request (server limit 2; 5 of 10 shares), refused when taken.
 ONE_SEAT_CONFIG = """\
 apiVersion: gateway.apf.dev/v1alpha1
@@ -33,29 +32,12 @@ spec:
     lendablePercent: 0
     borrowingLimitPercent: 0
     limitResponse: {type: Reject}
----
-apiVersion: flowcontrol.apiserver.k8s.io/v1
-kind: FlowSchema
-metadata: {name: one-seat}
-spec:
-  priorityLevelConfiguration: {name: one-seat}
-  matchingPrecedence: 500
-  distinguisherMethod: {type: ByUser}
-  rules:
-    - subjects: [{kind: Group, group: {name: system:authenticated}}]
-      nonResourceRules: [{verbs: ["*"], nonResourceURLs: ["*"]}]
-      resourceRules:
-        - {verbs: ["*"], apiGroups: ["*"], resources: ["*"], namespaces: ["*"], clusterScope: true}
 """
+# every tenant request goes to it: TENANTS_CONFIG's FlowSchema, pointed at this level
+ONE_SEAT_CONFIG += "---\n" + TENANTS_CONFIG.split("---\n", 1)[1].replace(
+    "platform-tenants", "one-seat"
+)
 SLOW = "import time\ndef main(a):\n    time.sleep(a.get('sleep', 0))\n    return {}\n"
-
-
-def openwhisk_error(r: httpx.Response, status: int) -> str:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    doc = r.json()
-    assert set(doc) == {"error", "code"} and TID.match(doc["code"]), doc
-    return str(doc["error"])
 
 
 async def test_up_answers_openwhisk_errors_on_the_api(tmp_path: Path) -> None:
