@@ -14,7 +14,13 @@ from typing import Final
 from gateway.asgi.describe import send_unauthorized as send_kubernetes_unauthorized
 from gateway.http.status import JSON_CONTENT_TYPE, send_bytes
 from gateway.http.types import Scope, Send
-from gateway.platform.errors import NO_CREDENTIALS, UNAUTHENTICATED, error_body
+from gateway.platform.errors import (
+    NO_CREDENTIALS,
+    SYSTEM_OVERLOADED,
+    UNAUTHENTICATED,
+    error_body,
+    too_many_concurrent,
+)
 
 KUBERNETES: Final = "kubernetes"
 OPENWHISK: Final = "openwhisk"
@@ -51,6 +57,11 @@ async def send_unauthorized(
         return
     presented = any(name == b"authorization" for name, _ in scope["headers"])
     await send_openwhisk_error(send, 401, UNAUTHENTICATED if presented else NO_CREDENTIALS)
+
+
+def throttled_message(in_flight: int, allowed: int, *, shutting_down: bool = False) -> str:
+    """OpenWhisk's 429 texts: the concurrency throttle's, or its overload text on shutdown."""
+    return SYSTEM_OVERLOADED if shutting_down else too_many_concurrent(in_flight, allowed)
 
 
 async def send_openwhisk_too_many(

@@ -30,6 +30,7 @@ from gateway.asgi.errorformat import (
     is_openwhisk,
     send_openwhisk_too_many,
     send_unauthorized,
+    throttled_message,
 )
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
@@ -39,7 +40,6 @@ from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
-from gateway.platform.errors import SYSTEM_OVERLOADED, too_many_concurrent
 from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
@@ -413,10 +413,8 @@ class FlowControlMiddleware:
         if is_openwhisk(self.error_format, scope):
             qs = rejected.classification.level.qs
             in_flight = qs.tot_requests_executing + qs.tot_requests_waiting
-            message = (
-                SYSTEM_OVERLOADED
-                if self.draining
-                else too_many_concurrent(in_flight, qs.concurrency_limit)
+            message = throttled_message(
+                in_flight, qs.concurrency_limit, shutting_down=self.draining
             )
             await send_openwhisk_too_many(send, rejected.retry_after, message, pf_headers)
             return

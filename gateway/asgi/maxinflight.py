@@ -16,11 +16,11 @@ from gateway.asgi.errorformat import (
     is_openwhisk,
     send_openwhisk_too_many,
     send_unauthorized,
+    throttled_message,
 )
 from gateway.asgi.reject import send_too_many_requests
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.metrics.watermark import Watermark
-from gateway.platform.errors import too_many_concurrent
 
 PRIVILEGED_GROUP = "system:masters"
 
@@ -73,7 +73,7 @@ class MaxInFlightMiddleware:
             if self.on_reject:
                 self.on_reject(kind)
             if is_openwhisk(self.error_format, scope):
-                message = too_many_concurrent(counter.current, limit)
+                message = throttled_message(counter.current, limit)
                 await send_openwhisk_too_many(send, 1, message, None)
                 return
             await send_too_many_requests(send, 1, status_body=self.status_body)
