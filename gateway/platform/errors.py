@@ -2,7 +2,7 @@
 
 Messages are OpenWhisk's own (``Messages`` in ``ErrorResponse.scala``, Akka's rejection texts the
 controller wraps) so clients and scripts matching on them keep working. The front door uses the
-same bodies for its own answers on OpenWhisk API paths (``gateway.http.openwhisk``).
+same bodies for its own answers on OpenWhisk API paths (``gateway.asgi.errorformat``).
 """
 
 from __future__ import annotations
