@@ -127,7 +127,7 @@ class Gateway:
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
             routes=[
-                UpstreamRoute(u.prefix, u.url.rstrip("/"), u.strip_prefix)
+                UpstreamRoute(u.prefix, u.url.rstrip("/"), u.strip_prefix, u.error_format)
                 for u in settings.upstreams
             ],
             transport=self.transport,
@@ -138,6 +138,9 @@ class Gateway:
             ),
             observe=self.metrics.observe_upstream,
         )
+        # Admission answers 401/429 in the route's shape; None keeps its rejections free of
+        # any route look-up when no route asks for OpenWhisk's.
+        self.error_format = self.proxy.error_format if self.proxy.has_openwhisk_routes else None
         self.endpoints = LocalEndpoints(
             self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups
         )
@@ -158,6 +161,7 @@ class Gateway:
                 now=time.monotonic,
                 status_body=s.too_many_requests_body == "status",
                 on_reject=self.metrics.observe_maxinflight_reject,
+                error_format=self.error_format,
             )
             self.metrics.maxinflight = limiter
             return limiter
@@ -204,6 +208,7 @@ class Gateway:
             estimator=self.estimator,
             request_timeout=s.request_timeout,
             status_body=s.too_many_requests_body == "status",
+            error_format=self.error_format,
         )
         self.flow_control = middleware
         return middleware

@@ -24,7 +24,13 @@ from gateway.asgi.describe import (
     LONG_RUNNING_KEY,
     RESPONSE_HEADERS_KEY,
     RequestDescriber,
+)
+from gateway.asgi.errorformat import (
+    PathFormat,
+    is_openwhisk,
+    send_openwhisk_too_many,
     send_unauthorized,
+    throttled_message,
 )
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
@@ -76,6 +82,7 @@ class FlowControlMiddleware:
         borrowing_period: float | None = 10.0,
         request_timeout: float = 60.0,
         status_body: bool = False,
+        error_format: PathFormat | None = None,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError("request_timeout must be positive")
@@ -101,6 +108,8 @@ class FlowControlMiddleware:
         self.adjuster: BorrowingAdjuster | None = None
         self.request_timeout = request_timeout
         self.status_body = status_body
+        # Which paths get OpenWhisk-shaped 401/429 (None: Kubernetes everywhere).
+        self.error_format = error_format
         self.draining = False
         # Classifications are cached by the controller, so their identity (an int key, with an
         # identity check) finds the headers without building and hashing a string per request.
@@ -170,7 +179,7 @@ class FlowControlMiddleware:
                 finally:
                     decided.release()
             elif isinstance(decided, Rejected):
-                await self._reject("http", send, decided, scope[RESPONSE_HEADERS_KEY])
+                await self._reject("http", scope, send, decided, scope[RESPONSE_HEADERS_KEY])
             else:
                 await self._general(scope, receive, send, decided)
             return
@@ -213,7 +222,7 @@ class FlowControlMiddleware:
                 digest, long_running = self.describer.describe(scope)
             except Unauthorized as exc:
                 if kind == "http":
-                    await send_unauthorized(send, str(exc))
+                    await send_unauthorized(scope, send, str(exc), self.error_format)
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
@@ -253,7 +262,7 @@ class FlowControlMiddleware:
             try:
                 admission = await cm.__aenter__()
             except Rejected as rejected:
-                await self._reject(kind, send, rejected, pf_headers)
+                await self._reject(kind, scope, send, rejected, pf_headers)
                 return
             await self._run(cm, admission, scope, receive, send, pf_headers, watch)
             return
@@ -261,7 +270,7 @@ class FlowControlMiddleware:
         # the core decides at once; this is ``admit`` without the wait and its machinery.
         started = self._start_now(controller, classification, work, digest, watch=watch)
         if isinstance(started, Rejected):
-            await self._reject(kind, send, started, pf_headers)
+            await self._reject(kind, scope, send, started, pf_headers)
             return
         if not watch and kind == "http" and self._app_adds_headers:
             # The common case, without _run's coroutine: the app adds the PF headers itself.
@@ -380,7 +389,7 @@ class FlowControlMiddleware:
         try:
             admission = entering.result()
         except Rejected as rejected:
-            await self._reject("http", send, rejected, pf_headers)
+            await self._reject("http", scope, send, rejected, pf_headers)
             return
 
         async def replay() -> Message:
@@ -391,10 +400,23 @@ class FlowControlMiddleware:
         await self._run(cm, admission, scope, replay, send, pf_headers, watch)
 
     async def _reject(
-        self, kind: str, send: Send, rejected: Rejected, pf_headers: list[tuple[bytes, bytes]]
+        self,
+        kind: str,
+        scope: Scope,
+        send: Send,
+        rejected: Rejected,
+        pf_headers: list[tuple[bytes, bytes]],
     ) -> None:
         if kind == "websocket":
             await send({"type": "websocket.close", "code": 1013})  # try again later
+            return
+        if is_openwhisk(self.error_format, scope):
+            qs = rejected.classification.level.qs
+            in_flight = qs.tot_requests_executing + qs.tot_requests_waiting
+            message = throttled_message(
+                in_flight, qs.concurrency_limit, shutting_down=self.draining
+            )
+            await send_openwhisk_too_many(send, rejected.retry_after, message, pf_headers)
             return
         await send_too_many_requests(
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.asgi.authn import Unauthorized
-from gateway.asgi.describe import (
-    DIGEST_KEY,
-    LONG_RUNNING_KEY,
-    RequestDescriber,
+from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RequestDescriber
+from gateway.asgi.errorformat import (
+    PathFormat,
+    is_openwhisk,
+    send_openwhisk_too_many,
     send_unauthorized,
+    throttled_message,
 )
 from gateway.asgi.reject import send_too_many_requests
 from gateway.http.types import ASGIApp, Receive, Scope, Send
@@ -34,6 +36,7 @@ class MaxInFlightMiddleware:
         now: Callable[[], float],
         status_body: bool = False,
         on_reject: Callable[[str], None] | None = None,
+        error_format: PathFormat | None = None,
     ) -> None:
         if max_requests_inflight < 0 or max_mutating_requests_inflight < 0:
             raise ValueError("max-in-flight limits must not be negative")
@@ -46,6 +49,7 @@ class MaxInFlightMiddleware:
         self.inflight = {"readOnly": Watermark(now), "mutating": Watermark(now)}
         self.status_body = status_body
         self.on_reject = on_reject
+        self.error_format = error_format
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +58,7 @@ class MaxInFlightMiddleware:
         try:
             digest, long_running = self.describer.describe(scope)
         except Unauthorized as exc:
-            await send_unauthorized(send, str(exc))
+            await send_unauthorized(scope, send, str(exc), self.error_format)
             return
         scope[DIGEST_KEY] = digest
         if long_running:
@@ -68,6 +72,10 @@ class MaxInFlightMiddleware:
         if limit and counter.current >= limit:
             if self.on_reject:
                 self.on_reject(kind)
+            if is_openwhisk(self.error_format, scope):
+                message = throttled_message(counter.current, limit)
+                await send_openwhisk_too_many(send, 1, message, None)
+                return
             await send_too_many_requests(send, 1, status_body=self.status_body)
             return
         counter.add(1)

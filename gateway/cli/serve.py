@@ -226,6 +226,14 @@ def register(subparsers: Any) -> None:
         help="upstream base URL, optionally for a path prefix (repeatable)",
     )
     parser.add_argument(
+        "--upstream-error-format",
+        action="append",
+        default=[],
+        metavar="PREFIX=FORMAT",
+        help="shape of the front door's own errors on the --upstream with this prefix: "
+        "kubernetes (default) or openwhisk",
+    )
+    parser.add_argument(
         "--route-template",
         action="append",
         default=[],
@@ -276,6 +284,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 {"prefix": prefix, "url": url} if sep and prefix.startswith("/") else {"url": spec}
             )
         out["upstreams"] = ups
+    for spec in args.upstream_error_format:
+        prefix, _, fmt = spec.rpartition("=")
+        matching = [u for u in out.get("upstreams", []) if u.get("prefix", "/") == (prefix or "/")]
+        if not matching:
+            raise ValueError(f"--upstream-error-format {spec}: no --upstream has prefix {prefix!r}")
+        for u in matching:
+            u["errorFormat"] = fmt  # validated with the other settings
     if args.route_template:
         templates = []
         for spec in args.route_template:
@@ -309,10 +324,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    overrides = overrides_from_args(args)
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
+        overrides = overrides_from_args(args)
         loaded = load_config(args.config, overrides)
         gateway = Gateway(loaded, loop=loop)
     except (ConfigLoadError, ValueError, OSError) as exc:

@@ -173,7 +173,10 @@ def _up(args: argparse.Namespace) -> int:
             children.append(Child(f"router-{i}", py + router_args, logs / f"router-{i}.log"))
         shared.close()
         front_args = ["serve", "--listen", f"{host}:{port}"]
-        front_args += ["--upstream", f"http://127.0.0.1:{shared_port}"]
+        # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints, which
+        # trust loopback callers), and the front door answers errors there in its shape.
+        front_args += ["--upstream", f"/api/v1=http://127.0.0.1:{shared_port}"]
+        front_args += ["--upstream-error-format", "/api/v1=openwhisk"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]

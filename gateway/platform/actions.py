@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.platform.errors import ApiError
+from gateway.platform.errors import ApiError, not_implemented
 from gateway.platform.ids import is_entity_name
 
 DEFAULT_LIMITS: dict[str, int] = {
@@ -127,6 +127,8 @@ def validate_put(namespace: str, name: str, body: Any) -> dict[str, Any]:
     kind = exec_.get("kind")
     if not isinstance(kind, str) or not kind:
         raise ApiError(400, "The request content was malformed: 'exec.kind' is required.")
+    if kind == "sequence":
+        raise not_implemented("Sequences")
     if kind != "python:default" and not kind.startswith(SUPPORTED_KIND_PREFIXES):
         raise ApiError(400, f"kind '{kind}' is not supported (supported: python:3.x).")
     code = exec_.get("code")

@@ -13,6 +13,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS_KEY
+from gateway.asgi.errorformat import (
+    BAD_GATEWAY,
+    GATEWAY_TIMEOUT,
+    KUBERNETES,
+    OPENWHISK,
+    send_openwhisk_error,
+)
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
@@ -33,6 +40,7 @@ class UpstreamRoute:
     prefix: str
     url: str
     strip_prefix: bool = False
+    error_format: str = KUBERNETES  # the shape of the front door's own errors on this route
 
 
 # (upstream url, error kind or "" on success, seconds until response headers)
@@ -64,6 +72,15 @@ class ProxyApp:
             if path.startswith(r.prefix):
                 return r
         return None
+
+    def error_format(self, path: str) -> str:
+        """The error format of the route serving ``path`` (admission asks, on errors only)."""
+        r = self.route(path)
+        return r.error_format if r is not None else KUBERNETES
+
+    @property
+    def has_openwhisk_routes(self) -> bool:
+        return any(r.error_format == OPENWHISK for r in self.routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,6 +120,12 @@ class ProxyApp:
             if self.observe:
                 self.observe(route.url, exc.kind, time.perf_counter() - started)
             code = 504 if isinstance(exc, UpstreamTimeout) else 502
+            if route.error_format == OPENWHISK:  # no internal address in a platform's answer
+                await send_openwhisk_error(
+                    send, code, GATEWAY_TIMEOUT if code == 504 else BAD_GATEWAY,
+                    scope.get(RESPONSE_HEADERS_KEY),
+                )  # fmt: skip
+                return
             await send_status(
                 send, code, f"upstream {route.url}: {exc.kind}: {exc}",
                 headers=scope.get(RESPONSE_HEADERS_KEY),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,13 +13,27 @@ from typing import Any
 from aiohttp import web
 
 from gateway.platform.actions import ActionInfo, validate_put
-from gateway.platform.errors import ALREADY_EXISTS, NOT_FOUND, ApiError, error_body
+from gateway.platform.errors import (
+    ALREADY_EXISTS,
+    INTERNAL_ERROR,
+    NOT_FOUND,
+    ApiError,
+    entity_too_big,
+    error_body,
+    method_not_allowed,
+    not_implemented,
+)
 from gateway.platform.ids import is_activation_id, new_activation_id
 from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
 from gateway.router.invoker import ProxyTo, Throttled
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("gateway.router.api")
 MAX_LIST = 200
+DEFAULT_LIST = 30
+MAX_EPOCH_MS = 2**63 - 1  # what the stores' integer columns hold
+_TRUE = frozenset(("true", "yes", "on", "1"))
+_FALSE = frozenset(("false", "no", "off", "0"))
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
 
 
@@ -46,9 +61,22 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = NOT_FOUND if exc.status == 404 else exc.reason
+        keep = {}
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            message = method_not_allowed(exc.allowed_methods)
+            keep["Allow"] = exc.headers["Allow"]
+        elif exc.status == 404:
+            message = NOT_FOUND
+        else:
+            message = exc.text or exc.reason
         return web.Response(
-            status=exc.status, body=error_body(message), content_type="application/json"
+            status=exc.status, body=error_body(message), content_type="application/json",
+            headers=keep,
+        )  # fmt: skip
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return web.Response(
+            status=500, body=error_body(INTERNAL_ERROR), content_type="application/json"
         )
 
 
@@ -58,17 +86,43 @@ def _context(request: web.Request) -> tuple[Router, Any, str]:
     return router, identity, identity.resolve(request.match_info["namespace"])
 
 
-def _page(request: web.Request) -> tuple[int, int]:
-    try:
-        limit = int(request.query.get("limit", "30"))
-        skip = int(request.query.get("skip", "0"))
-    except ValueError:
-        raise ApiError(400, "limit and skip must be integers.") from None
-    if limit < 0 or skip < 0:
-        raise ApiError(400, "limit and skip must be >= 0.")
-    if limit > MAX_LIST:
-        raise ApiError(400, f"The value '{limit}' exceeds the allowed limit of {MAX_LIST}.")
-    return limit or MAX_LIST, skip
+def _page(request: web.Request, collection: str) -> tuple[int, int]:
+    """``limit`` (default 30, 0 means the maximum 200) and ``skip``, checked as OpenWhisk does."""
+    found = {}
+    for key, default in (("limit", DEFAULT_LIST), ("skip", 0)):
+        given = request.query.get(key)
+        if given is None:
+            found[key] = default
+            continue
+        try:
+            value = int(given)
+        except ValueError:
+            problem = f"The value '{given}' is not an integer for {collection}."
+        else:
+            if key == "limit" and not 0 <= value <= MAX_LIST:
+                problem = (
+                    f"The value '{value}' is not in the range of 0 to {MAX_LIST} for {collection}."
+                )
+            elif value < 0:
+                problem = f"The value '{value}' is not greater than or equal to 0 for {collection}."
+            else:
+                found[key] = value
+                continue
+        raise ApiError(400, f"The query parameter '{key}' was malformed:\n{problem}")
+    return found["limit"] or MAX_LIST, found["skip"]
+
+
+def _flag(request: web.Request, name: str, default: bool) -> bool:
+    """A boolean query parameter, read as OpenWhisk's (Akka's) parser reads it."""
+    value = request.query.get(name)
+    if value is None:
+        return default
+    word = value.lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ApiError(
+        400, f"The query parameter '{name}' was malformed:\n'{value}' is not a valid Boolean value"
+    )
 
 
 async def _body(request: web.Request) -> Any:
@@ -77,8 +131,8 @@ async def _body(request: web.Request) -> Any:
         return {}
     try:
         return json.loads(raw)
-    except ValueError:
-        raise ApiError(400, "The request content was malformed: not JSON.") from None
+    except ValueError as exc:
+        raise ApiError(400, f"The request content was malformed:\n{exc}") from None
 
 
 # ---- actions -----------------------------------------------------------------------------
@@ -99,9 +153,12 @@ async def put_action(request: web.Request) -> web.Response:
 
 async def get_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
+    with_code = _flag(request, "code", True)
     doc = await router.store.get_action(ns, request.match_info["name"])
     if doc is None:
         raise ApiError(404, NOT_FOUND)
+    if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
+        doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
     return _json(doc)
 
 
@@ -117,7 +174,9 @@ async def delete_action(request: web.Request) -> web.Response:
 
 async def list_actions(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
-    limit, skip = _page(request)
+    limit, skip = _page(request, "actions")
+    if _flag(request, "count", False):  # OpenWhisk counts what a list from ``skip`` holds
+        return _json({"actions": await router.store.count_actions(ns, skip=skip)})
     docs = await router.store.list_actions(ns, limit=limit, skip=skip)
     for doc in docs:  # listings omit the code, as OpenWhisk's do
         exec_ = doc.get("exec") or {}
@@ -128,13 +187,16 @@ async def list_actions(request: web.Request) -> web.Response:
 async def invoke(request: web.Request) -> web.Response:
     router, identity, ns = _context(request)
     action = await router.action(ns, request.match_info["name"])
+    declared = request.content_length or 0
+    if declared > MAX_PAYLOAD:  # refused before reading it, as OpenWhisk does
+        raise ApiError(413, entity_too_big("Request", declared, MAX_PAYLOAD))
     raw = await request.read()
     if len(raw) > MAX_PAYLOAD:
-        raise ApiError(413, f"The request content was too large: {len(raw)} > {MAX_PAYLOAD} bytes.")
+        raise ApiError(413, entity_too_big("Request", len(raw), MAX_PAYLOAD))
     try:
         params = json.loads(raw) if raw else {}
-    except ValueError:
-        raise ApiError(400, "The request content was malformed: not JSON.") from None
+    except ValueError as exc:
+        raise ApiError(400, f"The request content was malformed:\n{exc}") from None
     if not isinstance(params, dict):
         raise ApiError(400, "The request content was malformed: expected a JSON object.")
     blocking = request.query.get("blocking", "false").lower() == "true"
@@ -227,18 +289,38 @@ async def get_logs(request: web.Request) -> web.Response:
 
 async def list_activations(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
-    limit, skip = _page(request)
+    limit, skip = _page(request, "activations")
+    count = _flag(request, "count", False)
     bounds: dict[str, int | None] = {}
     for key in ("since", "upto"):
         value = request.query.get(key)
-        if value is not None and not value.isdigit():
+        if value is not None and not (value.isdigit() and int(value) <= MAX_EPOCH_MS):
             raise ApiError(400, f"{key} must be epoch milliseconds.")
         bounds[key] = int(value) if value else None
     await router.writer.flush()  # read your own writes: list what this router has recorded
-    records = await router.store.list_activations(
-        ns, limit=limit, skip=skip, name=request.query.get("name"), **bounds
-    )
+    name = request.query.get("name")
+    if count:
+        counted = await router.store.count_activations(ns, skip=skip, name=name, **bounds)
+        return _json({"activations": counted})
+    records = await router.store.list_activations(ns, limit=limit, skip=skip, name=name, **bounds)
     return _json(records)
+
+
+# ---- namespaces and what is not built ----------------------------------------------------
+async def list_namespaces(request: web.Request) -> web.Response:
+    """The namespaces the key may use (OpenWhisk: the caller's own); clients use it as a
+    connectivity and credentials check."""
+    identity = request.app[ROUTER].identify(request)
+    return _json([identity.namespace])
+
+
+def _missing(what: str, *, authenticated: bool = True) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        if authenticated:
+            _context(request)  # 401/403 before saying what is missing, as for any resource
+        raise not_implemented(what)
+
+    return handler
 
 
 # ---- platform ----------------------------------------------------------------------------
@@ -308,6 +390,15 @@ def build_app(router: Router, url: str) -> web.Application:
     app.router.add_get(base + "/activations/{id}", get_activation)
     app.router.add_get(base + "/activations/{id}/result", get_result)
     app.router.add_get(base + "/activations/{id}/logs", get_logs)
+    app.router.add_get("/api/v1/namespaces", list_namespaces)
+    app.router.add_get("/api/v1/namespaces/", list_namespaces)
+    packages = _missing("Packages")
+    app.router.add_route("*", base + "/actions/{package}/{name}", packages)
+    for collection, what in (("packages", packages), ("triggers", None), ("rules", None)):
+        handler = what or _missing(collection.capitalize())
+        app.router.add_route("*", f"{base}/{collection}", handler)
+        app.router.add_route("*", f"{base}/{collection}/{{tail:.*}}", handler)
+    app.router.add_route("*", "/api/v1/web/{tail:.*}", _missing("Web actions", authenticated=False))
     app.router.add_post("/_platform/v1/containers/{id}/giveback", give_back)
     app.router.add_get("/_platform/v1/state", state)
     app.router.add_get("/healthz", livez)

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
-from gateway.platform.errors import NOT_FOUND, ApiError
+from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
 from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
@@ -111,7 +111,7 @@ class Router:
             namespace = request.headers.get("X-Remote-Extra-Namespace")
             if user and namespace:
                 return Identity(user, namespace)
-        raise ApiError(401, "The supplied authentication is invalid.")
+        raise ApiError(401, UNAUTHENTICATED)
 
     def is_trusted_peer(self, request: web.Request) -> bool:
         return is_trusted(request.remote, self.trusted)

@@ -18,6 +18,9 @@ class UpstreamSettings:
     url: str
     prefix: str = "/"
     strip_prefix: bool = False
+    # The shape of the front door's own errors (401, 429, 502, 504) on this route: Kubernetes
+    # ``Status``, or OpenWhisk's ``{"error", "code"}`` for an OpenWhisk API (``up`` sets it).
+    error_format: Literal["kubernetes", "openwhisk"] = "kubernetes"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,10 @@ class Store(Protocol):
         """Most recently updated first, as OpenWhisk lists them."""
         ...
 
+    async def count_actions(self, namespace: str, *, skip: int = 0) -> int:
+        """How many actions a listing from ``skip`` on holds (OpenWhisk's ``count=true``)."""
+        ...
+
     async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The deleted document, or None if there was none."""
         ...
@@ -68,6 +72,18 @@ class Store(Protocol):
         upto: int | None = None,
     ) -> list[dict[str, Any]]:
         """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms)."""
+        ...
+
+    async def count_activations(
+        self,
+        namespace: str,
+        *,
+        skip: int = 0,
+        name: str | None = None,
+        since: int | None = None,
+        upto: int | None = None,
+    ) -> int:
+        """How many records ``list_activations`` with these filters holds from ``skip`` on."""
         ...
 
 
@@ -104,6 +120,11 @@ def stamp_action(
         updated = max(updated, int(previous.get("updated", 0)) + 1)
     stored["updated"] = updated
     return stored
+
+
+def counted(total: int, skip: int) -> int:
+    """A count from ``skip`` on: what a listing that skips that many would hold."""
+    return max(0, total - skip)
 
 
 def check_page(limit: int, skip: int) -> None:

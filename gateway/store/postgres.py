@@ -18,6 +18,7 @@ from gateway.store.base import (
     StoreError,
     activation_key,
     check_page,
+    counted,
     dedupe_activations,
     dump_doc,
     load_doc,
@@ -26,6 +27,11 @@ from gateway.store.base import (
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATION_LOCK = 0x61706667  # "apfg"
+# $1 namespace, $2 name, $3 since, $4 upto: shared by listing and counting activations
+_ACTIVATION_FILTER = (
+    "namespace = $1 AND ($2::text IS NULL OR name = $2) "
+    "AND ($3::bigint IS NULL OR start >= $3) AND ($4::bigint IS NULL OR start <= $4)"
+)
 
 
 def migrations(schema: str) -> list[tuple[int, list[str]]]:
@@ -174,6 +180,13 @@ class PostgresStore:
         )
         return [load_doc(r[0]) for r in rows]
 
+    async def count_actions(self, namespace: str, *, skip: int = 0) -> int:
+        check_page(0, skip)
+        rows = await self._fetch(
+            f"SELECT COUNT(*) FROM {self._actions} WHERE namespace = $1", namespace
+        )
+        return counted(int(rows[0][0]), skip)
+
     async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
         rows = await self._fetch(
             f"DELETE FROM {self._actions} WHERE namespace = $1 AND name = $2 RETURNING doc",
@@ -221,9 +234,7 @@ class PostgresStore:
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         rows = await self._fetch(
-            f"SELECT doc FROM {self._activations} WHERE namespace = $1 "
-            "AND ($2::text IS NULL OR name = $2) "
-            "AND ($3::bigint IS NULL OR start >= $3) AND ($4::bigint IS NULL OR start <= $4) "
+            f"SELECT doc FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
             "ORDER BY start DESC, activation_id DESC LIMIT $5 OFFSET $6",
             namespace,
             name,
@@ -233,3 +244,22 @@ class PostgresStore:
             skip,
         )
         return [load_doc(r[0]) for r in rows]
+
+    async def count_activations(
+        self,
+        namespace: str,
+        *,
+        skip: int = 0,
+        name: str | None = None,
+        since: int | None = None,
+        upto: int | None = None,
+    ) -> int:
+        check_page(0, skip)
+        rows = await self._fetch(
+            f"SELECT COUNT(*) FROM {self._activations} WHERE {_ACTIVATION_FILTER}",
+            namespace,
+            name,
+            since,
+            upto,
+        )
+        return counted(int(rows[0][0]), skip)

@@ -24,6 +24,7 @@ from gateway.store.base import (
     StoreError,
     activation_key,
     check_page,
+    counted,
     dedupe_activations,
     dump_doc,
     load_doc,
@@ -196,6 +197,17 @@ class SQLiteStore:
 
         return await self._call(list_)
 
+    async def count_actions(self, namespace: str, *, skip: int = 0) -> int:
+        check_page(0, skip)
+
+        def count() -> int:
+            row = self.conn.execute(
+                "SELECT COUNT(*) FROM actions WHERE namespace = ?", (namespace,)
+            ).fetchone()
+            return counted(int(row[0]), skip)
+
+        return await self._call(count)
+
     async def delete_action(self, namespace: str, name: str) -> dict[str, Any] | None:
         def delete(conn: sqlite3.Connection) -> dict[str, Any] | None:
             row = conn.execute(
@@ -238,14 +250,9 @@ class SQLiteStore:
         upto: int | None = None,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
-        where = ["namespace = ?"]
-        args: list[Any] = [namespace]
-        for clause, value in (("name = ?", name), ("start >= ?", since), ("start <= ?", upto)):
-            if value is not None:
-                where.append(clause)
-                args.append(value)
+        where, args = _activation_filter(namespace, name, since, upto)
         sql = (
-            f"SELECT doc FROM activations WHERE {' AND '.join(where)} "
+            f"SELECT doc FROM activations WHERE {where} "
             "ORDER BY start DESC, activation_id DESC LIMIT ? OFFSET ?"
         )
         args += [limit or -1, skip]
@@ -254,3 +261,34 @@ class SQLiteStore:
             return [load_doc(row[0]) for row in self.conn.execute(sql, args)]
 
         return await self._call(list_)
+
+    async def count_activations(
+        self,
+        namespace: str,
+        *,
+        skip: int = 0,
+        name: str | None = None,
+        since: int | None = None,
+        upto: int | None = None,
+    ) -> int:
+        check_page(0, skip)
+        where, args = _activation_filter(namespace, name, since, upto)
+
+        def count() -> int:
+            row = self.conn.execute(f"SELECT COUNT(*) FROM activations WHERE {where}", args)
+            return counted(int(row.fetchone()[0]), skip)
+
+        return await self._call(count)
+
+
+def _activation_filter(
+    namespace: str, name: str | None, since: int | None, upto: int | None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause and arguments listing and counting activations share."""
+    where = ["namespace = ?"]
+    args: list[Any] = [namespace]
+    for clause, value in (("name = ?", name), ("start >= ?", since), ("start <= ?", upto)):
+        if value is not None:
+            where.append(clause)
+            args.append(value)
+    return " AND ".join(where), args

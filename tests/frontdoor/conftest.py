@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -185,6 +186,13 @@ def start_gateway(
         return Gateway(loaded, loop=loop, clock=clock(loop) if clock else None)
 
     return ServerThread(make).start()
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    """Threads for requests that must stay open while the test goes on."""
+    with ThreadPoolExecutor(8) as ex:
+        yield ex
 
 
 @pytest.fixture

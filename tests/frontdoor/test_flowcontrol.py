@@ -23,12 +23,6 @@ ADMIN = {"Authorization": "Bearer admin-token"}
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(8) as ex:
-        yield ex
-
-
-@pytest.fixture
 def gw(
     upstream: ServerThread, gateways: list[ServerThread], tmp_path: Path
 ) -> Iterator[ServerThread]:

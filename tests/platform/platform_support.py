@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -141,6 +142,15 @@ async def invoke(
     query: str = "blocking=true",
 ) -> httpx.Response:
     return await client.post(action_url(router, name) + "?" + query, json=params or {})
+
+
+def openwhisk_error(r: httpx.Response, status: int) -> str:
+    """``r`` is OpenWhisk's error body ``{"error", "code"}`` with ``status``: its message."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    doc = r.json()
+    assert set(doc) == {"error", "code"} and re.match(r"^[0-9a-f]{32}$", doc["code"]), doc
+    return str(doc["error"])
 
 
 def annotation(record: dict[str, Any], key: str) -> Any:
