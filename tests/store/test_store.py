@@ -159,3 +159,27 @@ async def test_concurrent_overwrites_lose_no_version(store_url: str) -> None:
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_counts_follow_the_list_filters(store: Store) -> None:
+    """count=true is the list's length without a limit: same namespace, name and time filters,
+    minus ``skip`` (never below zero), on every driver."""
+    for name in ("a", "b", "c"):
+        await store.put_action("guest", name, action(), overwrite=False)
+    await store.put_action("other", "a", action(), overwrite=False)
+    assert await store.count_actions("guest") == 3
+    assert await store.count_actions("guest", skip=2) == 1
+    assert await store.count_actions("guest", skip=5) == 0
+    assert await store.count_actions("nobody") == 0
+    await store.put_activations(
+        [activation(f"{i:032x}", 1000 + i, name="a" if i % 2 else "b") for i in range(6)]
+        + [activation("f" * 32, 1000, ns="other")]
+    )
+    assert await store.count_activations("guest") == 6
+    assert await store.count_activations("guest", name="a") == 3
+    assert await store.count_activations("guest", since=1003) == len(
+        await store.list_activations("guest", limit=200, since=1003)
+    )
+    assert await store.count_activations("guest", upto=1001, skip=1) == len(
+        await store.list_activations("guest", limit=200, upto=1001, skip=1)
+    )
