@@ -145,6 +145,7 @@ async def invoke(request: web.Request) -> web.Response:
             wait = min(wait, max(0.0, int(request.query["timeout"]) / 1000))
         except ValueError:
             raise ApiError(400, "timeout must be an integer (milliseconds).") from None
+    started = time.monotonic()
     proxied = router.is_proxied(request)
     given = request.headers.get(ACTIVATION_HEADER, "")
     activation_id = given if proxied and is_activation_id(given) else new_activation_id()
@@ -155,7 +156,7 @@ async def invoke(request: web.Request) -> web.Response:
             params,
             identity,
             activation_id,
-            time.monotonic(),
+            started,
             proxied=proxied,
             blocking=blocking,
         )
@@ -171,7 +172,10 @@ async def invoke(request: web.Request) -> web.Response:
     except ProxyTo as exc:
         if proxied:  # never a second hop
             raise ApiError(503, "The action's containers moved; try again.") from None
-        return await router.forward(exc.urls, request, raw, identity, activation_id)
+        # the peer gets what is left of this request's wait, so the caller's whole wait
+        # (and so the front door's read timeout) still bounds the answer
+        left = max(0.0, wait - (time.monotonic() - started))
+        return await router.forward(exc.urls, request, raw, identity, activation_id, wait=left)
     except Throttled as exc:
         raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
     status = 200 if record["response"]["success"] else 502
