@@ -23,6 +23,7 @@ from gateway.router.activation import (
 )
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
+from gateway.runtime.logsplit import TRUNCATED
 
 ALREADY_INITIALIZED = "Cannot initialize the action more than once."
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
@@ -58,7 +59,7 @@ class Executor:
         logs: list[str] = []
         if slot.needs_init:
             failed = await self._init(slot, action, outcome, limit)
-            logs = self._logs(c, action)
+            logs = await self._logs(c, action, [])
             if failed is not None:
                 failed.logs = logs
                 return failed
@@ -81,14 +82,16 @@ class Executor:
                 Status.DEVELOPER_ERROR,
                 TIMEOUT.format(action.timeout_ms),
                 timed_out=True,
-                **self._times(outcome, c, action, logs),
+                **self._times(outcome, c, await self._logs(c, action, logs)),
             )
         except (aiohttp.ClientError, ValueError):
             self._lost(c, "failed")
             return error_outcome(
-                Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
+                Status.DEVELOPER_ERROR,
+                RUN_EXITED,
+                **self._times(outcome, c, await self._logs(c, action, logs)),
             )
-        kw = self._times(outcome, c, action, logs)
+        kw = self._times(outcome, c, await self._logs(c, action, logs))
         if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
             self._lost(c, "failed")
             return error_outcome(Status.WHISK_ERROR, SHUTTING_DOWN, **kw)
@@ -100,16 +103,15 @@ class Executor:
             return Outcome(Status.APPLICATION_ERROR, data, **kw)
         return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
 
-    def _times(
-        self, outcome: Outcome, c: WarmContainer, action: ActionInfo, logs: list[str]
-    ) -> dict[str, Any]:
+    @staticmethod
+    def _times(outcome: Outcome, c: WarmContainer, logs: list[str]) -> dict[str, Any]:
         return {
             "start_ms": outcome.start_ms,
             "end_ms": _ms(),
             "wait_ms": outcome.wait_ms,
             "init_ms": outcome.init_ms,
             "container": c.id,
-            "logs": logs + self._logs(c, action),
+            "logs": logs,
         }
 
     async def _init(
@@ -173,6 +175,15 @@ class Executor:
         except ValueError:
             return resp.status, None
 
-    def _logs(self, c: WarmContainer, action: ActionInfo) -> list[str]:
+    async def _logs(self, c: WarmContainer, action: ActionInfo, before: list[str]) -> list[str]:
+        """``before`` (the init's lines, if any) plus what follows, within ``limits.logs``
+        for the whole activation: a run after a truncated init adds nothing."""
         tail = self.logs.get(c.id)
-        return tail.take(action.logs_mb * 1024 * 1024) if tail is not None else []
+        if tail is None:
+            return before
+        limit = action.logs_mb * 1024 * 1024
+        used = sum(len(line.encode()) for line in before)
+        lines = await tail.take(max(0, limit - used), limit=limit, idle=c.in_flight <= 1)
+        if before and before[-1].endswith(TRUNCATED.format(limit)):
+            return before
+        return before + lines

@@ -246,7 +246,9 @@ class Invoker:
         agent = data.get("agent") or {}
         paths = agent.get("logs")
         self.logs[data["id"]] = (
-            ContainerLogs(paths["stdout"], paths["stderr"]) if paths else NoLogs()
+            ContainerLogs(paths["stdout"], paths["stderr"], appending=bool(paths.get("append")))
+            if paths
+            else NoLogs()
         )
         paused = False
         if agent.get("pause") == "signal":

@@ -18,7 +18,11 @@ from test_platform_up import free_port
 
 from gateway.cli.up import DEFAULT_API_KEY
 
-SLEEPER = "import time\ndef main(a):\n    time.sleep(a['sleep'])\n    return {'slept': a['sleep']}\n"
+SLEEPER = """import time
+def main(a):
+    time.sleep(a["sleep"])
+    return {"slept": a["sleep"]}
+"""
 
 
 def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
