@@ -257,7 +257,7 @@ async def give_back(request: web.Request) -> web.Response:
         only_if_idle=bool(data.get("only_if_idle", False)),
         wait_seconds=float(wait) if wait is not None else None,
     )
-    return _json({"result": result}, 409 if result == "busy" else 200)
+    return _json({"result": result}, {"busy": 409, "waiting": 202}.get(result, 200))
 
 
 async def state(request: web.Request) -> web.Response:
