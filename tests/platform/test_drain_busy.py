@@ -6,9 +6,11 @@ completes, and the container is removed after it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import httpx
+import pytest
 from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
 
 from gateway.manager.core import ActionSpec, CState, ManagerCore, ManagerSettings
@@ -78,6 +80,31 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
     final = await client.post(drain_url, json={})  # the idle new container goes at once
     assert final.status_code == 200 and final.json()["waiting"] == {}
     assert await manager_containers(client, platform) == []
+
+
+async def test_manager_drain_wait_returns_once_the_busy_container_is_gone(
+    platform: Platform, client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli.main import main
+
+    platform.start_manager()
+    r = platform.start_router("r1")
+    assert platform.manager is not None
+    await put_action(client, r, "never", SLOW)
+    cid = annotation((await invoke(client, r, "never", {"sleep": 0})).json(), "container")
+    running = asyncio.ensure_future(invoke(client, r, "never", {"sleep": 2}))
+    for _ in range(200):
+        if (await router_state(client, r.url)).get(cid) == 1:
+            break
+        await asyncio.sleep(0.02)
+    argv = ["manager", "drain", "--manager", platform.manager.url, "--wait", "30"]
+    assert await asyncio.to_thread(main, argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {"drained": {cid: "when-idle"}, "kept": {}, "waiting": {}}
+    assert (await running).status_code == 200
+    assert cid not in {
+        c["id"] for c in await manager_containers(client, platform) if c["state"] != "removing"
+    }
 
 
 def drain_setup() -> tuple[ManagerCore, FakeEventClock, list[str], str]:
