@@ -6,7 +6,8 @@ activation's lines are in the files: ``take()`` reads what is new, up to the nex
 each stream, without waiting. Lines are timestamped when read (docker's log driver does the
 same at arrival). With C > 1 overlapping runs interleave: attribution is best effort.
 
-Bounds: reading and splitting run in a worker thread, in linear time
+Bounds: reading and splitting run in a worker thread (inline when at most ``INLINE_BYTES``
+are unread, the usual case: a bounded step), in linear time
 (``gateway.runtime.logsplit``), keeping at most ``limits.logs`` per activation, so an action
 that prints 50 MB costs one pass over the file, not the event loop. When the backend opened
 the files for appending (agent ``logs.append``), a file whose consumed part exceeds
@@ -27,6 +28,7 @@ from gateway.runtime.logsplit import Part, StreamSplitter, merge
 
 CHUNK = 1024 * 1024
 REWIND_BYTES = 1024 * 1024
+INLINE_BYTES = 64 * 1024  # at most this much unread output is split on the event loop
 
 
 class _Tail:
@@ -88,8 +90,19 @@ class ContainerLogs:
         """One activation's lines, at most ``max_bytes`` plus the truncation line (naming
         ``limit``, default ``max_bytes``). ``idle``: no other activation is running in the
         container, so its files may be rewound."""
-        async with self._lock:  # one reader thread per container at a time
+        async with self._lock:  # one reader at a time per container
+            if self._unread() <= INLINE_BYTES:  # the usual few lines: cheaper than a thread hop
+                return self._take(max_bytes, limit, idle)
             return await asyncio.to_thread(self._take, max_bytes, limit, idle)
+
+    def _unread(self) -> int:
+        total = 0
+        for stream in self._streams:
+            f = stream.file
+            if f is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    total += os.fstat(f.fileno()).st_size - f.tell()
+        return total
 
     def _take(self, max_bytes: int | None, limit: int | None, idle: bool) -> list[str]:
         at = time.time()
