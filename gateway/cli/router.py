@@ -34,15 +34,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--pause-grace", type=float, default=10.0, help="idle before pause")
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="idle before give back")
     parser.add_argument("--action-cache-seconds", type=float, default=1.0)
+    add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
+    parser.set_defaults(func=_run)
+
+
+def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
+    """``--max-blocking-wait``, shared with ``up`` (which passes it to its routers)."""
     parser.add_argument(
         "--max-blocking-wait",
         type=float,
         default=60.0,
         metavar="SECONDS",
         help="how long a blocking invoke waits before answering 202 with the activation id "
-        "(default 60, as OpenWhisk); a front door's proxy read timeout must be longer",
+        f"(default 60, as OpenWhisk); {note}",
     )
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from gateway.cli.router import add_blocking_wait
+
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
     "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
@@ -66,14 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
         "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change",
     )
-    parser.add_argument(
-        "--max-blocking-wait",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long a blocking invoke waits before answering 202 with the activation id "
-        "(default 60, as OpenWhisk)",
-    )
+    add_blocking_wait(parser, "passed to the routers")
     parser.add_argument(
         "--upstream-read-timeout",
         type=float,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import httpx
 import pytest
 from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from test_platform_up import alive
 
 from gateway.manager.core import ActionSpec, CState, ManagerCore, ManagerSettings
 from gateway.testing import FakeEventClock
@@ -20,14 +20,6 @@ from gateway.testing import FakeEventClock
 async def router_state(client: httpx.AsyncClient, url: str) -> dict[str, int]:
     resp = await client.get(url + "/_platform/v1/state")
     return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_run(
