@@ -61,6 +61,7 @@ class Executor:
             failed = await self._init(slot, action, outcome, limit)
             logs = await self._logs(c, action, [])
             if failed is not None:
+                self._lost(c, "init-failed")  # after its logs: they say why
                 failed.logs = logs
                 return failed
         deadline = outcome.start_ms + action.timeout_ms
@@ -77,19 +78,17 @@ class Executor:
             async with asyncio.timeout(limit):
                 status, data = await self._post(c.url + "/run", body)
         except TimeoutError:
-            self._lost(c, "timeout")
             return error_outcome(
                 Status.DEVELOPER_ERROR,
                 TIMEOUT.format(action.timeout_ms),
                 timed_out=True,
-                **self._times(outcome, c, await self._logs(c, action, logs)),
+                **self._times(outcome, c, await self._lose(c, action, logs, "timeout")),
             )
         except (aiohttp.ClientError, ValueError):
-            self._lost(c, "failed")
             return error_outcome(
                 Status.DEVELOPER_ERROR,
                 RUN_EXITED,
-                **self._times(outcome, c, await self._logs(c, action, logs)),
+                **self._times(outcome, c, await self._lose(c, action, logs, "failed")),
             )
         kw = self._times(outcome, c, await self._logs(c, action, logs))
         if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
@@ -156,7 +155,6 @@ class Executor:
         outcome.init_ms = int((time.monotonic() - started) * 1000)
         self.pool.init_done(slot, failure is None)
         if failure is not None:
-            self._lost(c, "init-failed")
             failure.start_ms, failure.end_ms = outcome.start_ms, _ms()
             failure.wait_ms, failure.init_ms, failure.container = (
                 outcome.wait_ms,
@@ -174,6 +172,15 @@ class Executor:
             return resp.status, json.loads(raw) if raw else None
         except ValueError:
             return resp.status, None
+
+    async def _lose(
+        self, c: WarmContainer, action: ActionInfo, before: list[str], reason: str
+    ) -> list[str]:
+        """The lines a failed run wrote so far (OpenWhisk keeps them too), then stop using
+        the container (the manager kills it)."""
+        lines = await self._logs(c, action, before)
+        self._lost(c, reason)
+        return lines
 
     async def _logs(self, c: WarmContainer, action: ActionInfo, before: list[str]) -> list[str]:
         """``before`` (the init's lines, if any) plus what follows, within ``limits.logs``

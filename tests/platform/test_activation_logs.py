@@ -70,3 +70,23 @@ async def test_30_mb_of_stdout_is_truncated_without_stalling_the_router(
     cid = annotation(after.json(), "container")
     stdout_log = Path(platform.state) / "containers" / cid / "stdout.log"
     assert stdout_log.stat().st_size < MIB  # emptied when the 30 MB had been read
+
+
+async def test_failed_inits_and_timed_out_runs_keep_the_logs_they_wrote(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """The container is dropped after a failure, but only once its output was read: the
+    traceback of a failed init and the lines of a timed-out run explain the failure."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "broken", "raise ValueError('boom at import')\n")
+    failed = await invoke(client, r, "broken")
+    assert failed.status_code == 502
+    assert any("ValueError: boom at import" in line for line in failed.json()["logs"])
+    slow = "import time\ndef main(a):\n    print('before the sleep', flush=True)\n"
+    slow += "    time.sleep(5)\n    return {}\n"
+    await put_action(client, r, "slow", slow, limits={"timeout": 1000})
+    timed_out = await invoke(client, r, "slow")
+    assert timed_out.status_code == 502
+    assert annotation(timed_out.json(), "timeout") is True
+    assert any(line.endswith(" stdout: before the sleep") for line in timed_out.json()["logs"])
