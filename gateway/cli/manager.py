@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -60,6 +61,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         if name == "drain":
             cmd.add_argument("--namespace", help="only this namespace")
             cmd.add_argument("--action", help="only this action (NS/NAME or NAME)")
+            cmd.add_argument(
+                "--wait",
+                type=float,
+                default=0.0,
+                metavar="SECONDS",
+                help="drain again every second until nothing is waiting (busy Never "
+                "containers), at most this long; exit 1 if some still are (default 0: once)",
+            )
         cmd.set_defaults(func=_drain if name == "drain" else _list)
 
     evict = sub.add_parser("evict", help="evict one container, if its eviction.safe allows")
@@ -119,24 +128,45 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _call(url: str, method: str, body: dict[str, Any] | None = None) -> int:
+    code, _, answer = _request(url, method, body)
+    if answer is not None:
+        print(json.dumps(answer, indent=2))
+    return code
+
+
+def _request(url: str, method: str, body: dict[str, Any] | None) -> tuple[int, int, Any]:
+    """(exit code, HTTP status, JSON answer or None); errors are printed to stderr."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=3600) as resp:
-            print(json.dumps(json.load(resp), indent=2))
-            return 0
+            return 0, resp.status, json.load(resp)
     except urllib.error.HTTPError as exc:
         print(exc.read().decode(errors="replace"), file=sys.stderr)
-        return 1
+        return 1, exc.code, None
     except urllib.error.URLError as exc:
         print(f"cannot reach the manager at {url}: {exc.reason}", file=sys.stderr)
-        return 1
+        return 1, 0, None
 
 
 def _drain(args: argparse.Namespace) -> int:
+    """Drain; with ``--wait``, again every second while busy containers are waited for."""
     body = {"namespace": args.namespace, "action": args.action}
-    return _call(f"{args.manager}/v1/drain", "POST", body)
+    url = f"{args.manager}/v1/drain"
+    deadline = time.monotonic() + max(0.0, args.wait)
+    first: Any = None
+    while True:
+        code, status, answer = _request(url, "POST", body)
+        first = first if first is not None else answer
+        if code or status != 202 or time.monotonic() >= deadline:
+            break
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    if answer is not None:  # what was drained first, and what is still waited for now
+        print(json.dumps({**first, "kept": answer["kept"], "waiting": answer["waiting"]}, indent=2))
+    if code:
+        return code
+    return 1 if args.wait > 0 and status == 202 else 0
 
 
 def _list(args: argparse.Namespace) -> int:

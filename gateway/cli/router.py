@@ -34,10 +34,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--pause-grace", type=float, default=10.0, help="idle before pause")
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="idle before give back")
     parser.add_argument("--action-cache-seconds", type=float, default=1.0)
-    parser.add_argument(
-        "--max-blocking-wait", type=float, default=60.0, help="blocking invoke wait, then 202"
-    )
+    add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
     parser.set_defaults(func=_run)
+
+
+def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
+    """``--max-blocking-wait``, shared with ``up`` (which passes it to its routers)."""
+    parser.add_argument(
+        "--max-blocking-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a blocking invoke waits before answering 202 with the activation id "
+        f"(default 60, as OpenWhisk); {note}",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -53,6 +63,8 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.router.identity import DEFAULT_TRUSTED
 
     try:
+        if not args.max_blocking_wait > 0:
+            raise ValueError(f"--max-blocking-wait must be positive, got {args.max_blocking_wait}")
         host, port = parse_listen(args.listen)
         sock = bind(host, port)
         shared = []

@@ -24,11 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+from gateway.cli.router import add_blocking_wait
+
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
     "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
     "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 )
+#: How much longer than the blocking wait the front door waits for a router's answer.
+BLOCKING_MARGIN = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,7 +68,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
         "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change",
     )
+    add_blocking_wait(parser, "passed to the routers")
+    parser.add_argument(
+        "--upstream-read-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the front door's proxy.readTimeout; must exceed --max-blocking-wait "
+        f"(default: --max-blocking-wait + {BLOCKING_MARGIN:g})",
+    )
     parser.set_defaults(func=_up)
+
+
+def read_timeout_for(max_blocking_wait: float, given: float | None) -> float:
+    """The front door's upstream read timeout: longer than any blocking invoke may stay
+    silent, so that the router's 202 arrives before the proxy gives up with 504."""
+    if max_blocking_wait <= 0:
+        raise ValueError(f"--max-blocking-wait must be positive, got {max_blocking_wait:g}")
+    if given is None:
+        return max_blocking_wait + BLOCKING_MARGIN
+    if given <= max_blocking_wait:
+        raise ValueError(
+            f"--upstream-read-timeout ({given:g}s) must be longer than --max-blocking-wait "
+            f"({max_blocking_wait:g}s), or the front door cuts blocking invokes with 504"
+        )
+    return given
 
 
 def _die_with_parent() -> None:
@@ -134,6 +162,7 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     try:
         host, port = parse_listen(args.listen, 3233)
+        read_timeout = read_timeout_for(args.max_blocking_wait, args.upstream_read_timeout)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -169,6 +198,8 @@ def _up(args: argparse.Namespace) -> int:
                 manager.url,
                 "--store",
                 f"sqlite:///{root / 'platform.db'}",
+                "--max-blocking-wait",
+                str(args.max_blocking_wait),
             ]
             children.append(Child(f"router-{i}", py + router_args, logs / f"router-{i}.log"))
         shared.close()
@@ -178,6 +209,7 @@ def _up(args: argparse.Namespace) -> int:
         front_args += ["--upstream", f"/api/v1=http://127.0.0.1:{shared_port}"]
         front_args += ["--upstream-error-format", "/api/v1=openwhisk"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
+        front_args += ["--upstream-read-timeout", str(read_timeout)]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
         front = Child("front door", py + front_args, logs / "front-door.log", announce=False)

@@ -135,23 +135,33 @@ async def evict(request: web.Request) -> web.Response:
     c = service.core.containers.get(cid)
     if c is None:
         return _error(404, f"no container {cid}")
-    decision, kept = await service.disruptions.disrupt(cid, reason)
-    if kept is not None:
-        return _error(409, f"{cid} was not removed: {kept}")
+    decision, result = await service.disruptions.disrupt(cid, reason)
+    if result.outcome == "kept":
+        return _error(409, f"{cid} was not removed: {result.why}")
     if decision.value == "refuse":
         return _error(
             429,
             f"Cannot evict {cid}: eviction.safe={c.action.eviction.value} does not allow "
             f"eviction for {reason.value}.",
         )
+    if result.outcome == "waiting":
+        return web.json_response(
+            {"id": cid, "decision": decision.value, "waiting": result.why}, status=202
+        )
     return web.json_response({"id": cid, "decision": decision.value})
 
 
 async def drain(request: web.Request) -> web.Response:
+    """Answers once every container is removed, kept, or only waiting for a running
+    activation: 202 while some are (drain again for the current state), else 200."""
     data = await _body(request)
     service = request.app[SERVICE]
-    decisions, kept = await service.disruptions.drain(data.get("namespace"), data.get("action"))
-    return web.json_response({"drained": decisions, "kept": kept})
+    decisions, results = await service.disruptions.drain(data.get("namespace"), data.get("action"))
+    kept = {cid: r.why for cid, r in results.items() if r.outcome == "kept"}
+    waiting = {cid: r.why for cid, r in results.items() if r.outcome == "waiting"}
+    return web.json_response(
+        {"drained": decisions, "kept": kept, "waiting": waiting}, status=202 if waiting else 200
+    )
 
 
 async def list_containers(request: web.Request) -> web.Response:

@@ -9,6 +9,10 @@ Pure and synchronous (no I/O, no awaits), driven by an injected event clock; the
   the action's timeout has passed (any activation it was running has ended by then).
 - The namespace quota counts every container of the namespace that is not being removed,
   including those still being created.
+- A container drained while busy (``Never`` policy) is *draining*: never handed out again,
+  removed as soon as it is known idle: its owner gives it back once its activation ended,
+  the owner leaves gracefully, or (owner lost, or quarantined when drained) the action's
+  timeout has passed.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ class ManagerCore:
         self.routers[router_id] = RouterLease(router_id, url, expires)
         for cid in holdings:
             c = self.containers.get(cid)
-            if c is None or c.state is CState.REMOVING:
+            if c is None or c.state in (CState.REMOVING, CState.DRAINING):
                 continue
             if c.owner in (None, router_id) or c.owner not in self.routers:
                 self._assign(c, router_id)
@@ -114,9 +118,11 @@ class ManagerCore:
         """A router leaving gracefully has finished its work: its containers are free now."""
         if self.routers.pop(router_id, None) is None:
             raise UnknownRouter(router_id)
-        for c in self.containers.values():
+        for c in list(self.containers.values()):
             if c.owner == router_id and c.state is CState.ASSIGNED:
                 self._unassign(c)
+            elif c.owner == router_id and c.state is CState.DRAINING:
+                self._drained(c)
 
     def assignments(self, router_id: str) -> list[Container]:
         return [
@@ -138,6 +144,9 @@ class ManagerCore:
             for c in self.containers.values():
                 if c.owner == lease.id and c.state is CState.ASSIGNED:
                     self._quarantine(c, c.action.timeout_ms / 1000)
+                elif c.owner == lease.id and c.state is CState.DRAINING:
+                    c.owner = None  # idle once its activation's time limit has passed
+                    self._arm_quarantine(c, c.action.timeout_ms / 1000)
         self._arm_lease_check()
 
     # ---- containers ----------------------------------------------------------------------
@@ -251,6 +260,16 @@ class ManagerCore:
         if c is not None:
             self._cancel_timers(c)
 
+    def begin_drain(self, cid: str, reason: str) -> Container | None:
+        """A ``Never`` container drained while it may be busy: assigned (its owner gives it
+        back once idle) or quarantined (removed when the quarantine ends)."""
+        c = self.containers.get(cid)
+        if c is None or c.state not in (CState.ASSIGNED, CState.QUARANTINED, CState.DRAINING):
+            return None
+        c.drain = c.drain or reason
+        c.state = CState.DRAINING
+        return c
+
     def disruption(self, cid: str, reason: Reason) -> Disruption:
         return decide(self.containers[cid].action.eviction, reason)
 
@@ -258,7 +277,7 @@ class ManagerCore:
         return [
             c
             for c in self.containers.values()
-            if c.state in (CState.ASSIGNED, CState.UNASSIGNED, CState.QUARANTINED)
+            if c.state in (CState.ASSIGNED, CState.UNASSIGNED, CState.QUARANTINED, CState.DRAINING)
             and (namespace is None or c.action.namespace == namespace)
             and (action is None or action in (c.action.path, c.action.name))
         ]
@@ -278,6 +297,9 @@ class ManagerCore:
     def _quarantine(self, c: Container, seconds: float) -> None:
         self._cancel_timers(c)
         c.state, c.since = CState.QUARANTINED, self.clock.now()
+        self._arm_quarantine(c, seconds)
+
+    def _arm_quarantine(self, c: Container, seconds: float) -> None:
         delay = seconds + self.settings.quarantine_margin_seconds
         c.quarantine_timer = self.clock.call_later(delay, lambda: self._release(c))
 
@@ -285,6 +307,12 @@ class ManagerCore:
         c.quarantine_timer = None
         if c.state is CState.QUARANTINED:
             self._unassign(c)
+        elif c.state is CState.DRAINING:
+            self._drained(c)
+
+    def _drained(self, c: Container) -> None:
+        if self.begin_removal(c.id) is not None:
+            self._on_reclaim(c)
 
     def _reclaim(self, c: Container) -> None:
         c.idle_timer = None

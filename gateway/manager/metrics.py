@@ -13,9 +13,9 @@ do not collide. Names (``docs/platform.md``, "Metrics"):
   ``quota``, ``instances`` or ``evictions`` (every evictable container was busy).
 - ``apf_manager_evictions_total{policy, reason, outcome}``: disruptions asked for (drains,
   the evict API, space), by ``eviction.safe`` and ``outcome``: ``stopped`` (graceful stop),
-  ``removed-idle`` (given back idle, then removed), ``refused`` (the policy table),
-  ``kept`` (owner could not confirm idle, quarantined), ``budget-refused`` (the backend's
-  eviction was refused, retried later).
+  ``removed-idle`` (given back idle, then removed; for a drained busy container, when it
+  is removed after its activation), ``refused`` (the policy table), ``kept`` (its owner did
+  not answer), ``budget-refused`` (the backend's eviction was refused, retried later).
 - ``apf_manager_containers{state}``, ``apf_manager_stem_cells{kind}``,
   ``apf_manager_routers``: the current view.
 """

@@ -15,6 +15,7 @@ class CState(enum.Enum):
     ASSIGNED = "assigned"  # owned by a live router
     UNASSIGNED = "unassigned"  # warm, owned by nobody; reusable for the same revision
     QUARANTINED = "quarantined"  # its last owner may still use it; nobody gets it yet
+    DRAINING = "draining"  # drained while busy: removed once known idle, never handed out
     REMOVING = "removing"  # being stopped; no longer counted
 
 
@@ -97,6 +98,7 @@ class Container:
     since: float = 0.0
     quarantine_timer: Timer | None = None
     idle_timer: Timer | None = None
+    drain: str | None = None  # DRAINING: the disruption's reason, for the removal's records
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -247,7 +247,10 @@ class ManagerService:
             self.core.removed(cid)
 
     def _on_reclaim(self, c: Container) -> None:
-        self.spawn(self.remove(c.id, self.disruptions.grace(c), "unassigned-idle"))
+        if c.drain is not None:
+            self.disruptions.drained(c)
+        else:
+            self.spawn(self.remove(c.id, self.disruptions.grace(c), "unassigned-idle"))
 
     async def wait_idle(self) -> None:
         """Wait for background removals (tests and shutdown)."""

@@ -207,6 +207,7 @@ async def invoke(request: web.Request) -> web.Response:
             wait = min(wait, max(0.0, int(request.query["timeout"]) / 1000))
         except ValueError:
             raise ApiError(400, "timeout must be an integer (milliseconds).") from None
+    started = time.monotonic()
     proxied = router.is_proxied(request)
     given = request.headers.get(ACTIVATION_HEADER, "")
     activation_id = given if proxied and is_activation_id(given) else new_activation_id()
@@ -217,7 +218,7 @@ async def invoke(request: web.Request) -> web.Response:
             params,
             identity,
             activation_id,
-            time.monotonic(),
+            started,
             proxied=proxied,
             blocking=blocking,
         )
@@ -233,7 +234,10 @@ async def invoke(request: web.Request) -> web.Response:
     except ProxyTo as exc:
         if proxied:  # never a second hop
             raise ApiError(503, "The action's containers moved; try again.") from None
-        return await router.forward(exc.urls, request, raw, identity, activation_id)
+        # the peer gets what is left of this request's wait, so the caller's whole wait
+        # (and so the front door's read timeout) still bounds the answer
+        left = max(0.0, wait - (time.monotonic() - started))
+        return await router.forward(exc.urls, request, raw, identity, activation_id, wait=left)
     except Throttled as exc:
         raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
     status = 200 if record["response"]["success"] else 502
@@ -335,7 +339,7 @@ async def give_back(request: web.Request) -> web.Response:
         only_if_idle=bool(data.get("only_if_idle", False)),
         wait_seconds=float(wait) if wait is not None else None,
     )
-    return _json({"result": result}, 409 if result == "busy" else 200)
+    return _json({"result": result}, {"busy": 409, "waiting": 202}.get(result, 200))
 
 
 async def state(request: web.Request) -> web.Response:

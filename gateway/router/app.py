@@ -179,8 +179,11 @@ class Router:
         body: bytes,
         identity: Identity,
         activation_id: str,
+        *,
+        wait: float | None = None,
     ) -> web.Response:
-        """One hop to a peer router that owns the action's containers."""
+        """One hop to a peer router that owns the action's containers; ``wait`` (seconds)
+        replaces the request's blocking ``timeout``."""
         headers = {
             "X-Remote-User": identity.subject,
             "X-Remote-Extra-Namespace": identity.namespace,
@@ -188,12 +191,13 @@ class Router:
             ACTIVATION_HEADER: activation_id,
             "Content-Type": request.headers.get("Content-Type", "application/json"),
         }
+        target = request.rel_url
+        if wait is not None:
+            target = target.update_query(timeout=str(int(wait * 1000)))
         last: Exception | None = None
         for url in urls:
             try:
-                async with self.http.post(
-                    url + request.path_qs, data=body, headers=headers
-                ) as resp:
+                async with self.http.post(url + str(target), data=body, headers=headers) as resp:
                     data = await resp.read()
                     keep = {
                         k: v

@@ -23,6 +23,7 @@ from gateway.router.activation import (
 )
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
+from gateway.runtime.logsplit import TRUNCATED
 
 ALREADY_INITIALIZED = "Cannot initialize the action more than once."
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
@@ -58,8 +59,9 @@ class Executor:
         logs: list[str] = []
         if slot.needs_init:
             failed = await self._init(slot, action, outcome, limit)
-            logs = self._logs(c, action)
+            logs = await self._logs(c, action, [])
             if failed is not None:
+                self._lost(c, "init-failed")  # after its logs: they say why
                 failed.logs = logs
                 return failed
         deadline = outcome.start_ms + action.timeout_ms
@@ -76,19 +78,19 @@ class Executor:
             async with asyncio.timeout(limit):
                 status, data = await self._post(c.url + "/run", body)
         except TimeoutError:
-            self._lost(c, "timeout")
             return error_outcome(
                 Status.DEVELOPER_ERROR,
                 TIMEOUT.format(action.timeout_ms),
                 timed_out=True,
-                **self._times(outcome, c, action, logs),
+                **self._times(outcome, c, await self._lose(c, action, logs, "timeout")),
             )
         except (aiohttp.ClientError, ValueError):
-            self._lost(c, "failed")
             return error_outcome(
-                Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
+                Status.DEVELOPER_ERROR,
+                RUN_EXITED,
+                **self._times(outcome, c, await self._lose(c, action, logs, "failed")),
             )
-        kw = self._times(outcome, c, action, logs)
+        kw = self._times(outcome, c, await self._logs(c, action, logs))
         if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
             self._lost(c, "failed")
             return error_outcome(Status.WHISK_ERROR, SHUTTING_DOWN, **kw)
@@ -100,16 +102,15 @@ class Executor:
             return Outcome(Status.APPLICATION_ERROR, data, **kw)
         return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
 
-    def _times(
-        self, outcome: Outcome, c: WarmContainer, action: ActionInfo, logs: list[str]
-    ) -> dict[str, Any]:
+    @staticmethod
+    def _times(outcome: Outcome, c: WarmContainer, logs: list[str]) -> dict[str, Any]:
         return {
             "start_ms": outcome.start_ms,
             "end_ms": _ms(),
             "wait_ms": outcome.wait_ms,
             "init_ms": outcome.init_ms,
             "container": c.id,
-            "logs": logs + self._logs(c, action),
+            "logs": logs,
         }
 
     async def _init(
@@ -154,7 +155,6 @@ class Executor:
         outcome.init_ms = int((time.monotonic() - started) * 1000)
         self.pool.init_done(slot, failure is None)
         if failure is not None:
-            self._lost(c, "init-failed")
             failure.start_ms, failure.end_ms = outcome.start_ms, _ms()
             failure.wait_ms, failure.init_ms, failure.container = (
                 outcome.wait_ms,
@@ -173,6 +173,24 @@ class Executor:
         except ValueError:
             return resp.status, None
 
-    def _logs(self, c: WarmContainer, action: ActionInfo) -> list[str]:
+    async def _lose(
+        self, c: WarmContainer, action: ActionInfo, before: list[str], reason: str
+    ) -> list[str]:
+        """The lines a failed run wrote so far (OpenWhisk keeps them too), then stop using
+        the container (the manager kills it)."""
+        lines = await self._logs(c, action, before)
+        self._lost(c, reason)
+        return lines
+
+    async def _logs(self, c: WarmContainer, action: ActionInfo, before: list[str]) -> list[str]:
+        """``before`` (the init's lines, if any) plus what follows, within ``limits.logs``
+        for the whole activation: a run after a truncated init adds nothing."""
         tail = self.logs.get(c.id)
-        return tail.take(action.logs_mb * 1024 * 1024) if tail is not None else []
+        if tail is None:
+            return before
+        limit = action.logs_mb * 1024 * 1024
+        used = sum(len(line.encode()) for line in before)
+        lines = await tail.take(max(0, limit - used), limit=limit, idle=c.in_flight <= 1)
+        if before and before[-1].endswith(TRUNCATED.format(limit)):
+            return before
+        return before + lines

@@ -95,7 +95,10 @@ class Invoker:
         self._rejected: dict[str, Throttled] = {}
         self._drained: dict[str, asyncio.Future[None]] = {}
         self._versions: dict[str, str] = {}  # action path -> newest revision seen
-        self._retiring: set[str] = set()  # old-revision containers to give back once idle
+        # busy containers to give back once idle (old revisions, drains), with the reason
+        self._retiring: dict[str, str] = {}
+        # containers this router let go of: never adopted again from a (maybe stale) answer
+        self._let_go: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.registered = asyncio.Event()
         self.ever_registered = False  # readiness: true after the first registration
@@ -154,7 +157,8 @@ class Invoker:
                 continue
             for c in self.pool.containers(key):
                 if self.pool.give_back(c.id, only_if_idle=False, wait=True) == "waiting":
-                    self._retiring.add(c.id)
+                    self._retiring[c.id] = "upgrade"
+                    self._let_go.add(c.id)
                 else:
                     self.give_back(c, "upgrade")
 
@@ -240,13 +244,15 @@ class Invoker:
 
     # ---- containers (PoolEvents) ---------------------------------------------------------
     def add_container(self, data: dict[str, Any]) -> None:
-        if data["id"] in self.pool.by_id:
+        if data["id"] in self.pool.by_id or data["id"] in self._let_go:
             return
         spec = ActionSpec.from_json(data["action"])
         agent = data.get("agent") or {}
         paths = agent.get("logs")
         self.logs[data["id"]] = (
-            ContainerLogs(paths["stdout"], paths["stderr"]) if paths else NoLogs()
+            ContainerLogs(paths["stdout"], paths["stderr"], appending=bool(paths.get("append")))
+            if paths
+            else NoLogs()
         )
         paused = False
         if agent.get("pause") == "signal":
@@ -270,6 +276,7 @@ class Invoker:
                 os.killpg(int(container.agent["pid"]), sig)
 
     def give_back(self, container: WarmContainer, reason: str) -> None:
+        self._let_go.add(container.id)
         tail = self.logs.pop(container.id, None)
         if tail is not None:
             tail.close()
@@ -280,9 +287,9 @@ class Invoker:
             await self.manager.give_back(self.settings.router_id, cid, reason)
 
     def drained(self, container: WarmContainer) -> None:
-        if container.id in self._retiring:
-            self._retiring.discard(container.id)
-            self.give_back(container, "upgrade")
+        reason = self._retiring.pop(container.id, None)
+        if reason is not None:
+            self.give_back(container, reason)
         future = self._drained.pop(container.id, None)
         if future is not None and not future.done():
             future.set_result(None)
@@ -290,9 +297,17 @@ class Invoker:
     async def release_on_request(
         self, cid: str, *, only_if_idle: bool, wait_seconds: float | None
     ) -> str:
-        """The manager asks for a container back (eviction or drain)."""
+        """The manager asks for a container back (eviction or drain): routing to it stops
+        now. ``done``: idle, or ``wait_seconds`` passed; ``busy``: refused (``only_if_idle``);
+        ``waiting`` (``wait_seconds`` None): still running, given back through the manager's
+        give-back API once its activations end."""
         container = self.pool.by_id.get(cid)
         result = self.pool.give_back(cid, only_if_idle=only_if_idle, wait=True)
+        if result != "busy":
+            self._let_go.add(cid)
+        if result == "waiting" and container is not None and wait_seconds is None:
+            self._retiring[cid] = "upgrade"
+            return "waiting"
         if result == "waiting" and container is not None:
             future = asyncio.get_running_loop().create_future()
             self._drained[cid] = future
@@ -333,6 +348,7 @@ class Invoker:
                 tail = self.logs.pop(cid, None)
                 if tail is not None:
                     tail.close()
+        self._let_go &= ours  # forgotten by the manager: may be assigned again one day
 
     async def lease_loop(self) -> None:
         while True:

@@ -12,6 +12,10 @@ hands out one list per init/run, in order, with lines formatted as OpenWhisk sto
 Timestamps are taken when the line arrives here (docker's log driver does the same). The
 caller must consume one list per request it sent, init included, in the order they were sent.
 
+Each activation keeps at most ``max_bytes`` of lines (``limits.logs``); the rest of its output
+is read and dropped up to its sentinel (``gateway.runtime.logsplit``), so neither a chatty
+action nor one endless line makes this buffer grow, and the pipes are always drained.
+
 With concurrency > 1 the sentinels of overlapping runs interleave, so lines cannot be
 attributed reliably: the lists are then best effort (OpenWhisk does not split logs of
 concurrent activations either).
@@ -28,17 +32,14 @@ Usage (the launcher reads ``LISTENING`` first, then hands the pipes over)::
 from __future__ import annotations
 
 import asyncio
-import heapq
 import time
-from collections import deque
 from collections.abc import Callable
 
-from gateway.runtime import SENTINEL
+from gateway.runtime.logsplit import TRUNCATED, Part, StreamSplitter, format_line, merge
 
-_SENTINEL_BYTES = SENTINEL.encode()
+__all__ = ["TRUNCATED", "ActivationLogs", "RuntimeStartError", "format_line", "read_listening"]
 
-#: OpenWhisk's text when an activation's logs exceed ``limits.logs``.
-TRUNCATED = "Logs were truncated because the total bytes size exceeds the limit of {} bytes."
+CHUNK = 256 * 1024
 
 
 class RuntimeStartError(Exception):
@@ -51,19 +52,6 @@ async def read_listening(stdout: asyncio.StreamReader) -> int:
     if name != "LISTENING" or not port.isdigit():
         raise RuntimeStartError(f"expected 'LISTENING <port>' from the runtime, got {line!r}")
     return int(port)
-
-
-def format_line(at: float, stream: str, text: str) -> str:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
-    return f"{stamp}.{int(at % 1 * 1_000_000):06d}Z {stream}: {text}"
-
-
-class _Stream:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.current: list[tuple[float, str]] = []
-        self.done: deque[list[tuple[float, str]]] = deque()
-        self.eof = False
 
 
 class ActivationLogs:
@@ -83,68 +71,46 @@ class ActivationLogs:
     ) -> None:
         self._now = now
         self._max_bytes = max_bytes
-        self._streams = (_Stream("stdout"), _Stream("stderr"))
+        self._streams = (
+            ("stdout", StreamSplitter(max_bytes)),
+            ("stderr", StreamSplitter(max_bytes)),
+        )
+        self._eof = [False, False]
         self._changed = asyncio.Event()
         self._tasks = [
-            asyncio.create_task(self._pump(reader, stream))
-            for reader, stream in zip((stdout, stderr), self._streams, strict=True)
+            asyncio.create_task(self._pump(reader, i)) for i, reader in enumerate((stdout, stderr))
         ]
 
-    async def _pump(self, reader: asyncio.StreamReader, stream: _Stream) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, index: int) -> None:
+        splitter = self._streams[index][1]
         try:
-            while line := await reader.readline():
-                text = line.rstrip(b"\r\n")
-                if text.endswith(_SENTINEL_BYTES):
-                    before = text[: -len(_SENTINEL_BYTES)]
-                    if before:  # the action printed without a trailing newline
-                        stream.current.append((self._now(), before.decode(errors="replace")))
-                    stream.done.append(stream.current)
-                    stream.current = []
+            while chunk := await reader.read(CHUNK):
+                before = len(splitter.done)
+                splitter.feed(chunk, self._now())
+                if len(splitter.done) != before:
                     self._changed.set()
-                else:
-                    stream.current.append((self._now(), text.decode(errors="replace")))
-        except (ValueError, asyncio.LimitOverrunError):
-            pass  # a line over the reader's limit: stop splitting rather than misattribute
         finally:
-            stream.eof = True
+            self._eof[index] = True
             self._changed.set()
 
     def _ready(self) -> bool:
-        return all(s.done or s.eof for s in self._streams)
+        return all(s.done or eof for (_, s), eof in zip(self._streams, self._eof, strict=True))
 
     async def next(self) -> list[str]:
         """The lines of the next init/run; at EOF, whatever is left (possibly nothing)."""
         while not self._ready():
             self._changed.clear()
             await self._changed.wait()
-        parts: list[list[tuple[float, str, str]]] = []
-        for stream in self._streams:
-            if stream.done:
-                part = stream.done.popleft()
-            else:
-                part, stream.current = stream.current, []
-            parts.append([(at, stream.name, text) for at, text in part])
-        # merge keeps each stream's own order even if the wall clock steps back
-        merged = heapq.merge(*parts, key=lambda e: e[0])
-        return self._limit([format_line(at, name, text) for at, name, text in merged])
-
-    def _limit(self, lines: list[str]) -> list[str]:
-        if self._max_bytes is None:
-            return lines
-        kept: list[str] = []
-        total = 0
-        for line in lines:
-            total += len(line.encode())
-            if total > self._max_bytes:
-                kept.append(TRUNCATED.format(self._max_bytes))
-                break
-            kept.append(line)
-        return kept
+        now = self._now()
+        parts: list[tuple[str, Part]] = []
+        for name, splitter in self._streams:
+            parts.append((name, splitter.done.popleft() if splitter.done else splitter.flush(now)))
+        return merge(parts, self._max_bytes, now)
 
     @property
     def closed(self) -> bool:
         """Both pipes reached EOF (the runtime exited)."""
-        return all(s.eof for s in self._streams)
+        return all(self._eof)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -88,9 +88,10 @@ async def test_upgrade_drain_uses_the_eviction_api_and_retries_what_the_pdb_refu
         grant = await service.acquire("router-1", action, count=1, known=[], allow_proxy=False)
         cid = grant.assigned[0].id
         service.core.deregister("router-1")
-        decisions, kept = await service.disruptions.drain(None, None)
+        decisions, results = await service.disruptions.drain(None, None)
         assert decisions == {cid: "graceful-stop"}
-        assert "refused the eviction" in kept[cid]
+        assert results[cid].outcome == "kept"
+        assert "refused the eviction" in results[cid].why
         evictions = [c for c in cluster.calls if c.path.endswith(f"/pods/{cid}/eviction")]
         assert [c.status for c in evictions] == [429]
         assert cluster.pod(cid, NS) is not None

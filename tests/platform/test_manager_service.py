@@ -1,5 +1,5 @@
-"""ManagerService over an in-memory backend: recovery after restart, drains that must keep a
-container (Never + quarantined), and a backend that cannot start containers."""
+"""ManagerService over an in-memory backend: recovery after restart, drains that must wait
+for a container (Never + quarantined), and a backend that cannot start containers."""
 
 from __future__ import annotations
 
@@ -75,19 +75,35 @@ def settings(**kw: Any) -> ServiceSettings:
     return ServiceSettings(core=ManagerSettings(**kw), remove_on_exit=False)
 
 
-async def test_restart_recovers_and_drain_keeps_quarantined_never_containers() -> None:
-    backend = MemoryBackend()
+async def test_restart_recovers_and_drain_waits_out_quarantined_never_containers() -> None:
+    """A quarantined Never container may still be busy: the drain answers at once that it
+    waits for it, and it is removed (never handed out again) when the quarantine ends."""
+    from gateway.testing import FakeEventClock
+
+    backend, clock = MemoryBackend(), FakeEventClock()
     recovered(backend, "c-never", EvictionSafe.NEVER)
     recovered(backend, "c-always", EvictionSafe.ALWAYS)
-    service = ManagerService(backend, settings())
+    service = ManagerService(backend, settings(lease_seconds=10.0), clock=clock)
     await service.start()
     try:
         states = {c.id: c.state.value for c in service.core.containers.values()}
         assert states == {"c-never": "quarantined", "c-always": "quarantined"}
-        decisions, kept = await service.disruptions.drain(None, None)
+        decisions, results = await service.disruptions.drain(None, None)
         assert decisions == {"c-never": "when-idle", "c-always": "graceful-stop"}
-        assert set(kept) == {"c-never"} and "quarantined" in kept["c-never"]
+        assert {cid: r.outcome for cid, r in results.items()} == {
+            "c-never": "waiting",
+            "c-always": "removed",
+        }
+        assert "quarantined" in results["c-never"].why
         assert backend.removed == ["c-always"]
+        service.core.register("r1", "http://r1", ["c-never"])  # not handed back to anyone
+        assert service.core.containers["c-never"].state.value == "draining"
+        again = (await service.disruptions.drain(None, None))[1]
+        assert again["c-never"].outcome == "waiting"
+        clock.advance(2 * 10.0 + 1.0)  # adoption quarantine: two leases plus the margin
+        await service.wait_idle()
+        assert backend.removed == ["c-always", "c-never"]
+        assert "c-never" not in service.core.containers
     finally:
         await service.stop()
 
@@ -143,11 +159,12 @@ async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried(
         service.core.deregister("r1")  # both unowned: nobody to ask for them back
         never, upgrade = made[EvictionSafe.NEVER], made[EvictionSafe.ON_UPGRADE]
 
-        decisions, kept = await service.disruptions.drain(None, None)
+        decisions, results = await service.disruptions.drain(None, None)
         assert decisions == {never: "when-idle", upgrade: "graceful-stop"}
         assert backend.removed == [never]  # idle: a plain removal, no eviction
         assert backend.evictions == [(upgrade, False)]  # refused: not forced
-        assert set(kept) == {upgrade} and "refused the eviction" in kept[upgrade]
+        assert results[never].outcome == "removed" and results[upgrade].outcome == "kept"
+        assert "refused the eviction" in results[upgrade].why
         assert service.core.containers[upgrade].state.value == "unassigned"  # still usable
 
         clock.advance(5.0)  # the retry: refused again

@@ -58,7 +58,8 @@ async def test_drain_per_eviction_policy(
     platform: Platform, client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One upgrade drain (`apf-gateway manager drain`) over four busy containers. Never: the
-    drain waits for the activation. OnUpgrade/Always: routing stops, the run gets the grace
+    drain answers that it waits for the activation, which completes; the container is
+    removed after it. OnUpgrade/Always: routing stops, the run gets the grace
     period (the manager's 1 s), then SIGTERM and SIGKILL after the grace: a 6 s run is cut
     short. An action's own grace period (3 s) lets its 1.5 s run finish."""
     platform.start_manager()
@@ -87,9 +88,15 @@ async def test_drain_per_eviction_policy(
     assert sorted(drained["drained"].values()) == sorted(
         ["when-idle", "graceful-stop", "graceful-stop", "graceful-stop"]
     )
+    (never,) = [cid for cid, d in drained["drained"].items() if d == "when-idle"]
+    assert list(drained["waiting"]) == [never]
     for name, (_, _, completes) in cases.items():
         resp = await running[name]
         assert (resp.status_code == 200) is completes, (name, resp.text)
+    for _ in range(200):  # the Never container goes once its owner has given it back
+        if not await manager_containers(client, platform):
+            break
+        await asyncio.sleep(0.05)
     assert await manager_containers(client, platform) == []
     seen = await scrape(client, platform.manager.url)
     for policy, outcome, n in (

@@ -106,7 +106,8 @@ async def test_splitter_returns_leftovers_at_eof_and_truncates() -> None:
     assert await logs.next() == ["1970-01-01T00:00:00.500000Z stdout: one"]
     second = await logs.next()
     assert second[0].endswith("x" * 50)
-    assert second[1] == (
+    assert second[1] == (  # OpenWhisk stores the notice as one more stderr line
+        "1970-01-01T00:00:00.500000Z stderr: "
         "Logs were truncated because the total bytes size exceeds the limit of 100 bytes."
     )
     assert await logs.next() == []
@@ -124,3 +125,23 @@ async def test_read_listening_rejects_other_output() -> None:
 def test_format_line_matches_openwhisk_shape() -> None:
     assert format_line(1.25, "stderr", "x") == "1970-01-01T00:00:01.250000Z stderr: x"
     assert json.dumps(format_line(0, "stdout", "é"))  # any text is fine
+
+
+async def test_pipes_keep_draining_past_an_endless_line_and_the_limit() -> None:
+    """A 4 MB line without a newline: dropped (only ``max_bytes`` are ever held), the pipe is
+    still read to the sentinel, and the next activation's lines arrive intact."""
+    out, err = asyncio.StreamReader(), asyncio.StreamReader()
+    logs = ActivationLogs(out, err, max_bytes=100, now=lambda: 0.5)
+    for _ in range(64):
+        out.feed_data(b"z" * 65536)
+        await asyncio.sleep(0)
+    out.feed_data(f"{SENTINEL}\nnext\n{SENTINEL}\n".encode())
+    err.feed_data(f"{SENTINEL}\n{SENTINEL}\n".encode())
+    first = await asyncio.wait_for(logs.next(), 5)
+    assert first == [
+        "1970-01-01T00:00:00.500000Z stderr: "
+        "Logs were truncated because the total bytes size exceeds the limit of 100 bytes."
+    ]
+    assert await asyncio.wait_for(logs.next(), 5) == ["1970-01-01T00:00:00.500000Z stdout: next"]
+    assert not logs.closed
+    await logs.close()

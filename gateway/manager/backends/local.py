@@ -115,7 +115,8 @@ class LocalProcessBackend:
         def preexec() -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        # append mode: a router may empty a file the runtime writes to (router.logs)
+        with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
                 return subprocess.Popen(
                     argv,
@@ -229,7 +230,11 @@ class LocalProcessBackend:
         return {
             "pause": "signal",
             "pid": handle.data["pid"],
-            "logs": {"stdout": str(folder / "stdout.log"), "stderr": str(folder / "stderr.log")},
+            "logs": {
+                "stdout": str(folder / "stdout.log"),
+                "stderr": str(folder / "stderr.log"),
+                "append": True,
+            },
         }
 
     async def close(self) -> None:

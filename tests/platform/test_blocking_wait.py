@@ -1,0 +1,104 @@
+"""Blocking invokes that outlast the blocking wait, through the real front door (`up`): the
+caller gets OpenWhisk's 202 with the activation id, never the proxy's 504, and the activation
+completes and is recorded later."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_platform_up import free_port
+
+from gateway.cli.up import DEFAULT_API_KEY
+
+SLEEPER = """import time
+def main(a):
+    time.sleep(a["sleep"])
+    return {"slept": a["sleep"]}
+"""
+
+
+def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "gateway", "up", "--listen", f"127.0.0.1:{port}"]
+    argv += ["--state-dir", str(state), "--routers", "1", "--prewarm", "", *extra]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, out
+    return out
+
+
+async def invoke_past_the_wait(port: int, sleep: float, timeout_ms: int) -> dict[str, Any]:
+    """PUT a sleeper, invoke it blocking, expect 202, then poll until its record exists."""
+    base = f"http://127.0.0.1:{port}/api/v1/namespaces/_"
+    uuid, _, key = DEFAULT_API_KEY.partition(":")
+    async with httpx.AsyncClient(auth=(uuid, key), timeout=sleep + 120) as client:
+        body = {"exec": {"kind": "python:3", "code": SLEEPER}, "limits": {"timeout": timeout_ms}}
+        put = await client.put(base + "/actions/sleeper", json=body)
+        assert put.status_code == 200, put.text
+        resp = await client.post(
+            base + "/actions/sleeper?blocking=true&result=true", json={"sleep": sleep}
+        )
+        assert resp.status_code == 202, resp.text
+        aid = resp.json()["activationId"]
+        assert list(resp.json()) == ["activationId"] and len(aid) == 32
+        assert resp.headers["x-openwhisk-activation-id"] == aid
+        for _ in range(int((sleep + 30) / 0.1)):
+            got = await client.get(f"{base}/activations/{aid}")
+            if got.status_code == 200:
+                return dict(got.json())
+            assert got.status_code == 404, got.text
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"activation {aid} was never recorded")
+
+
+async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start_up(port, tmp_path, "--max-blocking-wait", "1")
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        line = proc.stdout.readline().decode() if ready else ""
+        assert line.startswith("apf-gateway is up"), line
+        record = await invoke_past_the_wait(port, 3.0, 10000)
+    finally:
+        stop(proc)
+    assert record["response"]["success"] is True
+    assert record["response"]["result"] == {"slept": 3.0}
+    assert record["duration"] >= 3000
+
+
+def test_up_refuses_a_read_timeout_that_would_cut_blocking_invokes(tmp_path: Path) -> None:
+    proc = start_up(
+        free_port(), tmp_path, "--max-blocking-wait", "5", "--upstream-read-timeout", "5"
+    )
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 2, out
+    assert "--upstream-read-timeout (5s) must be longer than --max-blocking-wait (5s)" in out
+
+
+@pytest.mark.slow
+async def test_default_settings_answer_202_after_60_seconds_not_504(tmp_path: Path) -> None:
+    """The defaults themselves: OpenWhisk's 60 s blocking wait behind the front door."""
+    port = free_port()
+    proc = start_up(port, tmp_path)
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready and proc.stdout.readline().startswith(b"apf-gateway is up")
+        record = await invoke_past_the_wait(port, 63.0, 120000)
+    finally:
+        stop(proc)
+    assert record["response"]["result"] == {"slept": 63.0}
