@@ -275,9 +275,10 @@ def _list_kind(obj: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) and kind in LIST_KINDS else None
 
 
-def _read(
+def read_documents(
     paths: Sequence[str | os.PathLike[str]], limits: ConfigLimits
 ) -> tuple[list[Document], list[ConfigError], list[str]]:
+    """Documents, reading errors, and the file order for sorting errors (``build_config``)."""
     errors: list[ConfigError] = []
     docs: list[Document] = []
     files = _files(paths, errors)
@@ -315,7 +316,7 @@ def load_documents(
 ) -> list[Document]:
     """Every mapping document of every file, any kind; raises ``ConfigErrors`` on bad syntax,
     an empty file, or a configuration beyond ``limits``."""
-    docs, errors, order = _read(paths, limits)
+    docs, errors, order = read_documents(paths, limits)
     if errors:
         raise ConfigErrors(_sorted(errors, docs, order), limit=limits.max_errors)
     return docs
@@ -324,7 +325,7 @@ def load_documents(
 def load_paths(
     paths: Sequence[str | os.PathLike[str]], limits: ConfigLimits = DEFAULT_LIMITS
 ) -> ConfigSet:
-    docs, errors, order = _read(paths, limits)
+    docs, errors, order = read_documents(paths, limits)
     return build_config(docs, errors, file_order=order, limits=limits)
 
 
