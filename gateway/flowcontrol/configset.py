@@ -91,11 +91,13 @@ class ConfigErrors(Exception):
     """Every error found in a configuration, up to a limit; ``str()`` lists them one per line
     and says how many more there were."""
 
-    def __init__(self, errors: Iterable[ConfigError], *, limit: int | None = None) -> None:
+    def __init__(
+        self, errors: Iterable[ConfigError], *, limit: int | None = None, more: int = 0
+    ) -> None:
         found = list(errors)
         keep = len(found) if limit is None else max(limit, 1)
         self.errors: list[ConfigError] = found[:keep]
-        self.more = len(found) - len(self.errors)
+        self.more = len(found) - len(self.errors) + more  # found but not kept
         super().__init__(str(self))
 
     @property

@@ -303,12 +303,19 @@ def read_documents(
             errors.append(_file_error(str(f), msg, "empty"))
         docs += d
         errors += e
+    return _counted(docs, errors, limits), errors, [str(p) for p in paths] + [str(f) for f in files]
+
+
+def _counted(
+    docs: list[Document], errors: list[ConfigError], limits: ConfigLimits
+) -> list[Document]:
+    """``docs``, or none (and an error) when they hold more than ``max_objects`` objects."""
     count = sum(map(_object_count, docs))
-    if count > limits.max_objects:
-        msg = f"{count} objects, more than {limits.max_objects} (maxConfigObjects)"
-        errors.append(_file_error(str(docs[-1].file), msg, "too_large"))
-        docs = []
-    return docs, errors, [str(p) for p in paths] + [str(f) for f in files]
+    if count <= limits.max_objects:
+        return docs
+    msg = f"{count} objects, more than {limits.max_objects} (maxConfigObjects)"
+    errors.append(_file_error(docs[-1].file, msg, "too_large"))
+    return []
 
 
 def load_documents(
@@ -333,7 +340,7 @@ def load_text(
     text: str, *, source: str = "<string>", limits: ConfigLimits = DEFAULT_LIMITS
 ) -> ConfigSet:
     docs, errors = parse_text(text, source, limits)
-    return build_config(docs, errors, limits=limits)
+    return build_config(_counted(docs, errors, limits), errors, limits=limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,9 +479,7 @@ def build_config(
         else:
             pls.append(priority_level_from_dict(clean))
     if errors:
-        found = ConfigErrors(_sorted(errors, docs, file_order), limit=limits.max_errors)
-        found.more += dropped
-        raise found
+        raise ConfigErrors(_sorted(errors, docs, file_order), limit=limits.max_errors, more=dropped)
     return ConfigSet(tuple(fss), tuple(pls))
 
 
