@@ -80,3 +80,36 @@ def test_serve_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> 
                  "--max-mutating-requests-inflight", "--enable-priority-and-fairness",
                  "--token-auth-file", "--openwhisk-keys-file", "--anonymous-auth"):  # fmt: skip
         assert flag in out
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("upstreams: [{prefix: /v2}]\n", "upstreams[0].url: required"),
+        ("requestTimeout: 0\n", "requestTimeout: must be positive"),
+        ("requestTimeout: 0s\n", "requestTimeout: must be positive"),
+        ("requestTimeout: .nan\n", "requestTimeout: expected seconds or a duration like '15s', got nan"),
+        ("shutdownGracePeriod: 1e999s\n", "shutdownGracePeriod: expected seconds or a duration"),
+        ("listen: '127.0.0.1:\u00b2'\n", "listen: expected HOST:PORT"),
+        ("maxConfigBytes: 0\n", "maxConfigBytes: must be at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_field_errors_not_tracebacks(tmp_path: Path, body: str, error: str) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + body)
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config([f])
+    assert any(e.startswith(f"{f}: document 1: {error}") for e in exc.value.errors), exc.value
+
+
+def test_the_flags_set_the_size_limits_of_the_files(tmp_path: Path) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + "#" + "x" * 5000 + "\n")
+    args = build_parser().parse_args(["serve", "--config", str(f), "--max-config-bytes", "4096"])
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config(args.config, overrides_from_args(args))
+    assert exc.value.reason == "too_large"
+    assert exc.value.errors == [
+        f"{f}: the configuration files together are larger than 4096 bytes (maxConfigBytes)"
+    ]
+    assert load_config([f]).settings.max_config_bytes == 2 << 20
