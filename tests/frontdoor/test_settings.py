@@ -88,7 +88,7 @@ def test_serve_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> 
         ("upstreams: [{prefix: /v2}]\n", "upstreams[0].url: required"),
         ("requestTimeout: 0\n", "requestTimeout: must be positive"),
         ("requestTimeout: 0s\n", "requestTimeout: must be positive"),
-        ("requestTimeout: .nan\n", "requestTimeout: expected seconds or a duration like '15s', got nan"),
+        ("requestTimeout: .nan\n", "requestTimeout: expected seconds or a duration like '15s'"),
         ("shutdownGracePeriod: 1e999s\n", "shutdownGracePeriod: expected seconds or a duration"),
         ("listen: '127.0.0.1:\u00b2'\n", "listen: expected HOST:PORT"),
         ("maxConfigBytes: 0\n", "maxConfigBytes: must be at least 1"),
