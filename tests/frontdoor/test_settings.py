@@ -89,7 +89,7 @@ def test_serve_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> 
         ("requestTimeout: 0\n", "requestTimeout: must be positive"),
         ("requestTimeout: 0s\n", "requestTimeout: must be positive"),
         ("requestTimeout: .nan\n", "requestTimeout: expected seconds or a duration like '15s'"),
-        ("shutdownGracePeriod: 1e999s\n", "shutdownGracePeriod: expected seconds or a duration"),
+        ("shutdownGracePeriod: 1e999\n", "shutdownGracePeriod: expected seconds or a duration"),
         ("listen: '127.0.0.1:\u00b2'\n", "listen: expected HOST:PORT"),
         ("maxConfigBytes: 0\n", "maxConfigBytes: must be at least 1"),
     ],
