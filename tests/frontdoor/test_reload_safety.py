@@ -113,6 +113,13 @@ def test_a_truncated_config_file_is_refused_and_the_last_good_one_keeps_serving(
     assert 'gateway_config_reload_failures_total{reason="security_key_missing"} 2.0' in metrics
     assert 'gateway_config_reload_failures_total{reason="syntax"} 1.0' in metrics
     assert 'gateway_config_reloads_total{result="success"} 0.0' in metrics
+    # Deleting the file is refused as well.
+    before = serve.attempts()
+    serve.config.unlink()
+    serve.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: serve.attempts() > before, timeout=15)
+    assert_still_locked(serve)
+    assert 'gateway_config_reload_failures_total{reason="unreadable"} 1.0' in serve.metrics()
     log = serve.log.read_text()
     assert "configuration reload refused (empty)" in log
     assert "holds no documents; an empty (or half-written) file is refused" in log
