@@ -202,8 +202,11 @@ def gateway_document(docs: list[Document], overrides: dict[str, Any] | None = No
     settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
     mine = [d for d in docs if is_gateway_document(d[2])]
     if len(mine) > 1:
-        where = ", ".join(f"{s}: document {i}" for s, i, _ in mine)
-        raise SettingsError([f"more than one {KIND} document: {where}"])
+        first = f"{mine[0][0]}: document {mine[0][1]}"
+        raise SettingsError(
+            [f"{s}: document {i}: only one {KIND} document is allowed; the first is {first}"
+             for s, i, _ in mine[1:]]
+        )  # fmt: skip
     if not mine:
         return COMMAND_LINE, 0, {**header, **overrides}
     source, index, doc = mine[0]

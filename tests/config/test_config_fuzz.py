@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 import typing
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,7 +23,7 @@ from gateway.flowcontrol.loader import load_text
 from gateway.settings.guard import unstated_changes
 from gateway.settings.load import SettingsError, settings_from_document, yaml_key
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
-from gateway.settings.sources import LoadedConfig
+from gateway.settings.sources import ConfigLoadError, LoadedConfig, load_config
 
 EXAMPLES = int(os.environ.get("APF_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -77,6 +79,21 @@ def test_flow_control_loader_gives_only_config_errors(docs: list[dict[str, Any]]
     _only_config_errors(text, "fuzz.yaml")
     if len(docs) == 1:
         _only_config_errors(json.dumps(docs[0]), "fuzz.json")
+
+
+@FUZZ
+@given(docs=_DOCS, as_json=st.booleans())
+def test_load_config_from_files_gives_only_config_load_errors(
+    docs: list[dict[str, Any]], as_json: bool
+) -> None:
+    """The path ``serve`` and ``config validate`` take: both loaders over real files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / ("c.json" if as_json else "c.yaml")
+        f.write_text(json.dumps(docs[0]) if as_json else yaml.safe_dump_all(docs))
+        try:
+            load_config([f], limits=SMALL)
+        except ConfigLoadError as exc:
+            assert exc.errors and all(e.startswith(str(f)) for e in exc.errors), exc.errors
 
 
 @FUZZ
