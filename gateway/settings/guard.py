@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from gateway.settings.load import yaml_key
-from gateway.settings.model import GatewaySettings
+from gateway.settings.load import COMMAND_LINE, yaml_key
+from gateway.settings.model import KIND, GatewaySettings
 from gateway.settings.sources import LoadedConfig
 
 GUARDED = ("authentication", "debugAllowedGroups")
@@ -24,10 +24,11 @@ GUARDED = ("authentication", "debugAllowedGroups")
 def unstated_changes(running: GatewaySettings, new: LoadedConfig) -> list[str]:
     """One error per guarded setting that ``new`` changes only because its key is missing."""
     out = []
+    where = new.where if new.where != COMMAND_LINE else f"no {KIND} document"
     for path, before, after in _leaves(running, new.settings):
         if path.split(".")[0] in GUARDED and before != after and path not in new.stated:
             out.append(
-                f"{new.where}: {path}: key missing; the running value {_show(before)} would "
+                f"{where}: {path}: key missing; the running value {_show(before)} would "
                 f"become the default {_show(after)}. A reload changes security settings only "
                 "when the key is written (or restart)"
             )

@@ -113,3 +113,35 @@ def test_the_flags_set_the_size_limits_of_the_files(tmp_path: Path) -> None:
         f"{f}: the configuration files together are larger than 4096 bytes (maxConfigBytes)"
     ]
     assert load_config([f]).settings.max_config_bytes == 2 << 20
+
+
+def test_reload_guard_names_each_security_setting_changed_by_omission(tmp_path: Path) -> None:
+    from gateway.settings.guard import unstated_changes
+
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + "authentication: {anonymous: false}\ndebugAllowedGroups: [ops]\n"
+                 "maxRequestsInflight: 7\n")  # fmt: skip
+    running = load_config([f]).settings
+    f.write_text(HEADER + "maxRequestsInflight: 8\n")
+    assert unstated_changes(running, load_config([f])) == [
+        f'{f}: document 1: debugAllowedGroups: key missing; the running value ["ops"] would '
+        'become the default ["system:masters"]. A reload changes security settings only when '
+        "the key is written (or restart)",
+        f"{f}: document 1: authentication.anonymous: key missing; the running value false would "
+        "become the default true. A reload changes security settings only when the key is "
+        "written (or restart)",
+    ]
+    # A flag states its key too; a stated change, even to the default, is allowed.
+    f.write_text(HEADER + "debugAllowedGroups: [system:masters]\n")
+    assert (
+        unstated_changes(running, load_config([f], {"authentication": {"anonymous": False}})) == []
+    )
+    f.write_text(
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\n"
+        "metadata: {name: p}\nspec: {type: Limited, limited: {limitResponse: {type: Reject}}}\n"
+    )
+    refused = unstated_changes(running, load_config([f]))
+    assert [e.split(": key")[0] for e in refused] == [
+        "no GatewayConfiguration document: debugAllowedGroups",
+        "no GatewayConfiguration document: authentication.anonymous",
+    ]
