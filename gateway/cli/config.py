@@ -97,7 +97,8 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"invalid: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
         return 1
     config = loaded.flow or ConfigSet()
-    changes = ensure(config).changes
+    exact = loaded.settings.flow_control_objects == "exact" and loaded.flow is not None
+    changes = [] if exact else ensure(config).changes
     out = sys.stderr if args.effective else sys.stdout  # keep stdout pure YAML then
     gateway = f", GatewayConfiguration in {loaded.where}" if loaded.where != COMMAND_LINE else ""
     print(
@@ -106,8 +107,9 @@ def _validate(args: argparse.Namespace) -> int:
         file=out,
     )
     effective = loaded.effective
+    how = "flowControlObjects: exact" if exact else "after the ensurer"
     print(
-        f"effective (after the ensurer): {len(effective.flow_schemas)} FlowSchemas, "
+        f"effective ({how}): {len(effective.flow_schemas)} FlowSchemas, "
         f"{len(effective.priority_levels)} PriorityLevelConfigurations, "
         f"{len(changes)} changes",
         file=out,

@@ -185,6 +185,13 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "adaptive rules: most seats a route may take (default 10)",
     ),
     (
+        "--flow-control-objects",
+        "flowControlObjects",
+        "ensured|exact",
+        "ensured (default): Kubernetes' suggested and mandatory objects are added as its ensurer "
+        "adds them; exact: only the --config objects, plus the mandatory ones",
+    ),
+    (
         "--max-config-bytes",
         "maxConfigBytes",
         "N",

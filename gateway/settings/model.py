@@ -119,6 +119,9 @@ class GatewaySettings:
     # uvicorn's HTTP/1.1 implementation. zttp checks and writes response headers in native
     # code; httptools is the fallback (docs/decisions/0007-zttp-http-implementation.md).
     http_implementation: Literal["zttp", "httptools"] = "zttp"
+    # "ensured": Kubernetes' mandatory and suggested objects are added to the files' objects as
+    # the API server's ensurer adds them; "exact": the files' objects plus the mandatory ones.
+    flow_control_objects: Literal["ensured", "exact"] = "ensured"
     # Bounds on reading --config paths; the values in force when a read starts apply to it.
     max_config_bytes: int = DEFAULT_MAX_BYTES
     max_config_objects: int = DEFAULT_MAX_OBJECTS

@@ -87,7 +87,8 @@ def load_config(
         keep = errors[: limits.max_errors]
         raise ConfigLoadError(keep, more=more + len(errors) - len(keep), reason=reason)
     settings, stated, where = loaded
-    return LoadedConfig(settings, flow, effective_config(flow), stated, where)
+    exact = settings.flow_control_objects == "exact"
+    return LoadedConfig(settings, flow, effective_config(flow, exact=exact), stated, where)
 
 
 def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> list[Path]:

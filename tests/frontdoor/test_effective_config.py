@@ -71,9 +71,9 @@ def dispatched(url: str, user_fs: str) -> float:
     return 0.0
 
 
-@pytest.fixture
+@pytest.fixture(params=["ensured"])
 def serve(
-    upstream: ServerThread, tmp_path: Path
+    request: pytest.FixtureRequest, upstream: ServerThread, tmp_path: Path
 ) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     config = tmp_path / "config"
     config.mkdir()
@@ -83,6 +83,7 @@ def serve(
     (config / "gateway.yaml").write_text(
         "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
         f"upstreams: [{{url: '{upstream.url}'}}]\nauthentication: {{tokenAuthFile: {tokens}}}\n"
+        f"flowControlObjects: {request.param}\n"
     )
     (config / "mine.yaml").write_text(user_objects("alice-only", "alice"))
     url = f"http://127.0.0.1:{_free_port()}"
@@ -123,3 +124,16 @@ def test_serve_applies_the_effective_configuration_the_cli_prints(
     assert httpx.get(url + "/echo", headers=BOB).status_code == 200
     wait_until(lambda: dispatched(url, "global-default") == 2.0)
     assert dispatched(url, "catch-all") == 0.0
+
+
+@pytest.mark.parametrize("serve", ["exact"], indirect=True)
+def test_exact_flow_control_objects_serve_what_the_cli_prints_for_them(
+    serve: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    url, config, _proc = serve
+    effective = cli_effective(config)
+    assert effective["PriorityLevelConfiguration"] == {"alice-only", "exempt", "catch-all"}
+    assert effective["FlowSchema"] == {"alice-only", "exempt", "catch-all"}
+    assert served_levels(url) == effective["PriorityLevelConfiguration"]
+    assert httpx.get(url + "/echo", headers=BOB).status_code == 200
+    wait_until(lambda: dispatched(url, "catch-all") == 1.0)  # asked for: no global-default
