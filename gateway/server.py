@@ -178,7 +178,7 @@ class Gateway:
             self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
         controller = FlowController(
             clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
-            config=loaded.flow,
+            config=loaded.effective,
         )  # fmt: skip
         self.controller = controller
         self.registry.register(APFMetrics(controller))
@@ -216,10 +216,8 @@ class Gateway:
     def _apply_flow(self, loaded: LoadedConfig) -> None:
         if self.controller is None or self.flow_control is None:
             return
-        from gateway.flowcontrol import bootstrap
-
         s = loaded.settings
-        self.controller.apply(loaded.flow if loaded.flow is not None else bootstrap.defaults())
+        self.controller.apply(loaded.effective)
         if self.work_estimator is not None:
             self.work_estimator.configure(s.work_estimation)
         if self.adjuster is not None and self.adjuster.period != s.borrowing_adjustment_period:
@@ -230,11 +228,23 @@ class Gateway:
                 self.adjuster.start()
         if s.server_concurrency_limit != self.controller.server_cl:
             self.controller.set_server_concurrency_limit(s.server_concurrency_limit)
-        self.flow_control.request_timeout = s.request_timeout or 60.0
+        self.flow_control.request_timeout = s.request_timeout
         self.flow_control.status_body = s.too_many_requests_body == "status"
 
     def apply(self, loaded: LoadedConfig) -> None:
         """Apply a reloaded configuration; settings that need a restart are logged and kept."""
+        self.prepare(loaded)()
+
+    def prepare(self, loaded: LoadedConfig) -> Callable[[], None]:
+        """The part of ``apply`` that may run off the event loop (it reads the credential
+        files); the returned function swaps everything in, on the loop."""
+        authenticator = build_authenticator(loaded.settings)
+        parser = build_parser(loaded.settings)
+        return lambda: self._commit(loaded, authenticator, parser)
+
+    def _commit(
+        self, loaded: LoadedConfig, authenticator: RequestAuthenticator, parser: RequestInfoParser
+    ) -> None:
         new = loaded.settings
         old = self.settings
         restart_only = (
@@ -247,8 +257,6 @@ class Gateway:
         for field in restart_only:
             if getattr(new, field) != getattr(old, field):
                 log.warning("%s changed; it takes effect after a restart", field)
-        authenticator = build_authenticator(new)
-        parser = build_parser(new)
         self._apply_flow(loaded)
         if new.server_concurrency_limit != old.server_concurrency_limit:
             # The pool is sized from the admitted concurrency, so it must not lag behind it.
@@ -275,7 +283,7 @@ class Gateway:
     ) -> Reloader:
         """Watch ``paths`` (and credential files) from startup on; SIGHUP forces a reload."""
         reloader = Reloader(
-            paths=paths, overrides=overrides, current=loaded, apply=self.apply,
+            paths=paths, overrides=overrides, current=loaded, prepare=self.prepare,
             on_result=self.metrics.observe_reload,
         )  # fmt: skip
         self.on_startup.append(lambda: reloader.start(self.settings.config_poll_interval))

@@ -202,6 +202,9 @@ def gateway_document(
     doc: dict[str, Any], token_file: Path, openwhisk_keys: Path | None = None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
+        # The scenario's levels alone (plus the mandatory ones): Kubernetes' suggested levels
+        # would take most of the seats and lend them, which no scenario's numbers assume.
+        "flowControlObjects": "exact",
         "tooManyRequestsBody": "status",
         "configPollInterval": "1s",
         "shutdownGracePeriod": "20s",

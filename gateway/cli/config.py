@@ -1,8 +1,10 @@
 """``apf-gateway config``: check FlowSchema/PriorityLevelConfiguration files, print the defaults.
 
-``validate`` loads the files as the gateway would (strict decoding, Kubernetes defaulting and
-validation), applies the ensurer to get the effective configuration, and reports dangling
-references as warnings. Exit status: 0 valid, 1 invalid, 2 usage error.
+``validate`` loads the files exactly as ``serve`` does (the same function, the same size
+limits): the GatewayConfiguration document and the flow-control objects (strict decoding,
+Kubernetes defaulting and validation); it applies the ensurer to get the effective
+configuration, and reports dangling references as warnings. Exit status: 0 valid, 1 invalid,
+2 usage error.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import sys
 from typing import Any
 
 from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.flowcontrol.ensure import dangling, ensure
-from gateway.flowcontrol.loader import load_paths
+from gateway.flowcontrol.configset import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ERRORS,
+    DEFAULT_MAX_OBJECTS,
+    ConfigLimits,
+    ConfigSet,
+    more_errors,
+)
+from gateway.flowcontrol.ensure import dangling_warnings, ensure
 from gateway.flowcontrol.serialize import dump_yaml
 
 
@@ -40,6 +48,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print the effective configuration (after the ensurer) as YAML",
     )
+    for flag, default, what in (
+        ("--max-config-bytes", DEFAULT_MAX_BYTES, "bytes, YAML aliases expanded"),
+        ("--max-config-objects", DEFAULT_MAX_OBJECTS, "documents and list items"),
+        ("--max-config-errors", DEFAULT_MAX_ERRORS, "errors listed; the rest are counted"),
+    ):
+        validate.add_argument(
+            flag, type=_positive, default=default, metavar="N", help=f"{what} (default {default})"
+        )
     validate.set_defaults(func=_validate)
     defaults = sub.add_parser(
         "defaults",
@@ -59,39 +75,52 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _positive(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def _validate(args: argparse.Namespace) -> int:
+    from gateway.settings.load import COMMAND_LINE
+    from gateway.settings.sources import ConfigLoadError, load_config
+
+    limits = ConfigLimits(args.max_config_bytes, args.max_config_objects, args.max_config_errors)
     try:
-        config = load_paths(args.paths)
-    except ConfigErrors as exc:
-        for err in exc.errors:
-            print(err, file=sys.stderr)
-        n = len(exc.errors)
+        loaded = load_config(args.paths, limits=limits)
+    except ConfigLoadError as exc:
+        for line in exc.errors:
+            print(line, file=sys.stderr)
+        if exc.more:
+            print(more_errors(exc.more), file=sys.stderr)
+        n = len(exc.errors) + exc.more
         print(f"invalid: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
         return 1
-    result = ensure(config)
+    config = loaded.flow or ConfigSet()
+    exact = loaded.settings.flow_control_objects == "exact" and loaded.flow is not None
+    changes = [] if exact else ensure(config).changes
     out = sys.stderr if args.effective else sys.stdout  # keep stdout pure YAML then
+    gateway = f", GatewayConfiguration in {loaded.where}" if loaded.where != COMMAND_LINE else ""
     print(
         f"valid: {len(config.flow_schemas)} FlowSchemas, "
-        f"{len(config.priority_levels)} PriorityLevelConfigurations",
+        f"{len(config.priority_levels)} PriorityLevelConfigurations{gateway}",
         file=out,
     )
+    effective = loaded.effective
+    how = "flowControlObjects: exact" if exact else "after the ensurer"
     print(
-        f"effective (after the ensurer): {len(result.config.flow_schemas)} FlowSchemas, "
-        f"{len(result.config.priority_levels)} PriorityLevelConfigurations, "
-        f"{len(result.changes)} changes",
+        f"effective ({how}): {len(effective.flow_schemas)} FlowSchemas, "
+        f"{len(effective.priority_levels)} PriorityLevelConfigurations, "
+        f"{len(changes)} changes",
         file=out,
     )
     if args.verbose:
-        for change in result.changes:
+        for change in changes:
             print(f"  {change}", file=out)
-    for fs_name, pl_name in dangling(result.config):
-        print(
-            f'warning: FlowSchema "{fs_name}" is dangling: PriorityLevelConfiguration '
-            f'"{pl_name}" does not exist, so the schema is ignored for classification',
-            file=sys.stderr,
-        )
+    for warning in dangling_warnings(effective):
+        print(warning, file=sys.stderr)
     if args.effective:
-        print(dump_yaml(result.config), end="")
+        print(dump_yaml(effective), end="")
     return 0
 
 

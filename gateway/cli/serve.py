@@ -184,6 +184,31 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "N",
         "adaptive rules: most seats a route may take (default 10)",
     ),
+    (
+        "--flow-control-objects",
+        "flowControlObjects",
+        "ensured|exact",
+        "ensured (default): Kubernetes' suggested and mandatory objects are added as its ensurer "
+        "adds them; exact: only the --config objects, plus the mandatory ones",
+    ),
+    (
+        "--max-config-bytes",
+        "maxConfigBytes",
+        "N",
+        "most bytes the --config files may hold, YAML aliases expanded (default 2 MiB)",
+    ),
+    (
+        "--max-config-objects",
+        "maxConfigObjects",
+        "N",
+        "most documents and list items in the --config files (default 1000)",
+    ),
+    (
+        "--max-config-errors",
+        "maxConfigErrors",
+        "N",
+        "configuration errors listed; the rest are counted (default 100)",
+    ),
 ]
 INT_FLAGS = {
     "maxRequestsInflight",
@@ -191,6 +216,9 @@ INT_FLAGS = {
     "maximumListSeats",
     "maximumMutatingSeats",
     "maximumSeats",
+    "maxConfigBytes",
+    "maxConfigObjects",
+    "maxConfigErrors",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

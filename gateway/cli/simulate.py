@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.flowcontrol import bootstrap
 from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.flowcontrol.ensure import dangling, ensure
+from gateway.flowcontrol.ensure import dangling_warnings, effective_config
 from gateway.flowcontrol.loader import load_paths
 
 
@@ -55,13 +55,9 @@ def _config(paths: list[str], exact: bool) -> ConfigSet:
     config = load_paths(paths)
     if exact:
         return config
-    effective = ensure(config).config
-    for fs_name, pl_name in dangling(effective):
-        print(
-            f'warning: FlowSchema "{fs_name}" is dangling: PriorityLevelConfiguration '
-            f'"{pl_name}" does not exist, so the schema is ignored for classification',
-            file=sys.stderr,
-        )
+    effective = effective_config(config)
+    for warning in dangling_warnings(effective):
+        print(warning, file=sys.stderr)
     return effective
 
 

@@ -3,7 +3,8 @@
 A ``ConfigSet`` is what the engine swaps in as a whole; it is only ever built from objects that
 passed decoding, defaulting and validation together, so the engine never sees half a config.
 ``ConfigErrors`` carries every problem found in the input, each pointing at file, document,
-object and Kubernetes-style field path.
+object and Kubernetes-style field path. ``ConfigLimits`` bounds what reading may cost: a
+configuration is text an attacker (or a half-finished ``kubectl cp``) may control.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class ConfigError:
     field: str
     message: str
     item: int | None = None
+    # Why the input was refused, for the reload metric: "unreadable", "empty", "too_large",
+    # "syntax"; "" for an object that decoded but failed validation ("invalid").
+    code: str = ""
 
     def __str__(self) -> str:
         where = self.file
@@ -64,12 +68,52 @@ class ConfigError:
         return f"{where}: {self.message}"
 
 
-class ConfigErrors(Exception):
-    """Every error found in a configuration; ``str()`` lists them one per line."""
+DEFAULT_MAX_BYTES = 2 << 20  # a full 1 MiB ConfigMap fits, aliases expanded and values counted
+DEFAULT_MAX_OBJECTS = 1000
+DEFAULT_MAX_ERRORS = 100
+MAX_DEPTH = 100  # nesting levels; real objects use fewer than 15
+VALUE_COST = 8  # bytes each YAML value counts besides its text
 
-    def __init__(self, errors: Iterable[ConfigError]) -> None:
-        self.errors: list[ConfigError] = list(errors)
+
+@dataclass(frozen=True, slots=True)
+class ConfigLimits:
+    """``max_bytes`` bounds the bytes read and the size of the documents with YAML aliases
+    expanded, each value counted as its text plus ``VALUE_COST`` (so memory stays bounded even
+    for ``[1,1,1,...]``); ``max_objects`` the documents plus list items; ``max_errors`` what is
+    reported (the rest is only counted)."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_objects: int = DEFAULT_MAX_OBJECTS
+    max_errors: int = DEFAULT_MAX_ERRORS
+
+
+class ConfigErrors(Exception):
+    """Every error found in a configuration, up to a limit; ``str()`` lists them one per line
+    and says how many more there were."""
+
+    def __init__(
+        self, errors: Iterable[ConfigError], *, limit: int | None = None, more: int = 0
+    ) -> None:
+        found = list(errors)
+        keep = len(found) if limit is None else max(limit, 1)
+        self.errors: list[ConfigError] = found[:keep]
+        self.more = len(found) - len(self.errors) + more  # found but not kept
         super().__init__(str(self))
 
+    @property
+    def reason(self) -> str:
+        """The first error's ``code`` ("invalid" when it failed validation)."""
+        return next((e.code for e in self.errors if e.code), "invalid")
+
+    def lines(self) -> list[str]:
+        out = [str(e) for e in self.errors]
+        if self.more:
+            out.append(more_errors(self.more))
+        return out
+
     def __str__(self) -> str:
-        return "\n".join(str(e) for e in self.errors)
+        return "\n".join(self.lines())
+
+
+def more_errors(n: int) -> str:
+    return f"... and {n} more error{'s' if n != 1 else ''}"

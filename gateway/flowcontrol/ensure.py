@@ -146,6 +146,14 @@ def dangling(config: ConfigSet) -> list[tuple[str, str]]:
     ]
 
 
+def dangling_warnings(config: ConfigSet) -> list[str]:
+    return [
+        f'warning: FlowSchema "{fs}" is dangling: PriorityLevelConfiguration "{pl}" does not '
+        "exist, so the schema is ignored for classification"
+        for fs, pl in dangling(config)
+    ]
+
+
 def dangling_condition(config: ConfigSet, fs: FlowSchema, now: str = "") -> FlowSchemaCondition:
     pl = fs.spec.priority_level_name
     if config.priority_level(pl) is not None:
@@ -180,3 +188,21 @@ def with_status(config: ConfigSet, *, now: str = "") -> ConfigSet:
         others = tuple(c for c in fs.conditions if c.type != DANGLING)
         out.append(replace(fs, conditions=(*others, want)))
     return replace(config, flow_schemas=tuple(out))
+
+
+def effective_config(config: ConfigSet | None, *, exact: bool = False) -> ConfigSet:
+    """What is served for the objects in the files (``None``: there are none): one ensurer
+    pass, so missing suggested objects are added and mandatory ones kept. ``serve`` (start and
+    every reload), ``config validate --effective`` and ``simulate`` all use this.
+
+    ``exact`` (``flowControlObjects: exact``): the objects as written, plus the mandatory ones
+    that are missing, which the APF controller would imagine anyway."""
+    if not exact or config is None:
+        return ensure(config if config is not None else ConfigSet()).config
+    mandatory = bootstrap.mandatory()
+    return ConfigSet(
+        config.flow_schemas
+        + tuple(o for o in mandatory.flow_schemas if config.flow_schema(o.name) is None),
+        config.priority_levels
+        + tuple(o for o in mandatory.priority_levels if config.priority_level(o.name) is None),
+    )

@@ -45,8 +45,19 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+MAX_VALUE_TEXT = 1024  # a bad value is quoted up to this many characters
+
+
 def go_value(value: object) -> str:
-    """Render a bad value the way ``field.Error`` prints it (``%v``, ``%q`` or ``%#v``)."""
+    """Render a bad value the way ``field.Error`` prints it (``%v``, ``%q`` or ``%#v``),
+    cut at ``MAX_VALUE_TEXT`` characters so a huge value cannot flood the error output."""
+    text = _go_value(value)
+    if len(text) > MAX_VALUE_TEXT:
+        return f"{text[:MAX_VALUE_TEXT]}... ({len(text) - MAX_VALUE_TEXT} more characters)"
+    return text
+
+
+def _go_value(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -20,13 +20,20 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gateway.flowcontrol import schema
-from gateway.flowcontrol.configset import ConfigError, ConfigErrors, ConfigSet
+from gateway.flowcontrol.configset import (
+    MAX_DEPTH,
+    VALUE_COST,
+    ConfigError,
+    ConfigErrors,
+    ConfigLimits,
+    ConfigSet,
+)
 from gateway.flowcontrol.defaulting import (
     SUPPORTED_API_VERSIONS,
     default_flow_schema,
     default_priority_level,
 )
-from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, not_supported
+from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
 from gateway.flowcontrol.serialize import flow_schema_from_dict, priority_level_from_dict
 from gateway.flowcontrol.validation import validate_flow_schema, validate_priority_level
@@ -36,6 +43,7 @@ FS_KIND = "FlowSchema"
 PL_KIND = "PriorityLevelConfiguration"
 LIST_KINDS = {"List": None, "FlowSchemaList": FS_KIND, "PriorityLevelConfigurationList": PL_KIND}
 EXTENSIONS = (".yaml", ".yml", ".json")
+DEFAULT_LIMITS = ConfigLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +97,7 @@ def _files(paths: Sequence[str | os.PathLike[str]], errors: list[ConfigError]) -
             try:
                 entries = list(p.iterdir())
             except OSError as exc:
-                errors.append(ConfigError(str(p), None, "", "", "", f"cannot list: {exc}"))
+                errors.append(_file_error(str(p), f"cannot list: {exc}", "unreadable"))
                 continue
             files += sorted(
                 f
@@ -99,25 +107,33 @@ def _files(paths: Sequence[str | os.PathLike[str]], errors: list[ConfigError]) -
         elif p.is_file():
             files.append(p)
         else:
-            errors.append(ConfigError(str(p), None, "", "", "", "no such file or directory"))
+            errors.append(_file_error(str(p), "no such file or directory", "unreadable"))
     return files
 
 
-def parse_text(text: str, source: str) -> tuple[list[Document], list[ConfigError]]:
-    docs: list[Document] = []
-    errors: list[ConfigError] = []
+def _file_error(source: str, message: str, code: str, document: int | None = None) -> ConfigError:
+    return ConfigError(source, document, "", "", "", message, code=code)
+
+
+class _Budget:
+    """What is left of ``max_bytes`` for the expanded documents of all files together."""
+
+    def __init__(self, limits: ConfigLimits) -> None:
+        self.limits = limits
+        self.left = limits.max_bytes
+
+
+def parse_text(
+    text: str, source: str, limits: ConfigLimits = DEFAULT_LIMITS, budget: _Budget | None = None
+) -> tuple[list[Document], list[ConfigError]]:
+    """The mapping documents of one file. Size, nesting and aliases are checked on the event
+    stream before any document is built, so a bomb is refused without being expanded."""
+    budget = budget or _Budget(limits)
     if source.endswith(".json"):
-        try:
-            raw: list[Any] = [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            msg = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            return [], [ConfigError(source, 1, "", "", "", f"invalid JSON: {msg}")]
+        raw, errors = _parse_json(text, source, budget)
     else:
-        raw = []
-        try:
-            raw.extend(yaml.load_all(text, Loader=_StrictLoader))
-        except yaml.YAMLError as exc:
-            errors.append(ConfigError(source, len(raw) + 1, "", "", "", _yaml_message(exc)))
+        raw, errors = _parse_yaml(text, source, budget)
+    docs: list[Document] = []
     for i, obj in enumerate(raw, start=1):
         if obj is None:
             continue
@@ -129,6 +145,117 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ConfigError
     return docs, errors
 
 
+def _too_large(budget: _Budget) -> str:
+    return (
+        f"larger than {budget.limits.max_bytes} bytes (maxConfigBytes) with YAML aliases "
+        f"expanded, each value counting {VALUE_COST} bytes besides its text"
+    )
+
+
+def _too_deep() -> str:
+    return f"nested more than {MAX_DEPTH} levels deep"
+
+
+def _parse_json(text: str, source: str, budget: _Budget) -> tuple[list[Any], list[ConfigError]]:
+    if not text.strip():
+        return [], []
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"invalid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        return [], [_file_error(source, msg, "syntax", 1)]
+    except RecursionError:
+        return [], [_file_error(source, _too_deep(), "too_large", 1)]
+    # JSON has no aliases; the walk only checks nesting and the value count.
+    size, depth = 0, 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        depth = max(depth, level)
+        if isinstance(item, dict):
+            stack += [(v, level + 1) for kv in item.items() for v in kv]
+        elif isinstance(item, list):
+            stack += [(v, level + 1) for v in item]
+        size += VALUE_COST + (len(item) if isinstance(item, str) else 0)
+    if depth > MAX_DEPTH:
+        return [], [_file_error(source, _too_deep(), "too_large", 1)]
+    if size > budget.left:
+        return [], [_file_error(source, _too_large(budget), "too_large", 1)]
+    budget.left -= size
+    return [value], []
+
+
+def _parse_yaml(text: str, source: str, budget: _Budget) -> tuple[list[Any], list[ConfigError]]:
+    problem = _scan(text, budget)
+    if problem is not None:
+        return [], [problem.error(source)]
+    raw: list[Any] = []
+    loader = _StrictLoader(text)
+    try:
+        while loader.check_node():
+            raw.append(loader.construct_document(loader.get_node()))
+    except yaml.YAMLError as exc:
+        return raw, [_file_error(source, _yaml_message(exc), "syntax", len(raw) + 1)]
+    except RecursionError:  # the pure-Python parser recurses per level
+        return raw, [_file_error(source, _too_deep(), "too_large", len(raw) + 1)]
+    finally:
+        loader.dispose()
+    return raw, []
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    document: int
+    message: str
+    code: str
+
+    def error(self, source: str) -> ConfigError:
+        return _file_error(source, self.message, self.code, self.document or 1)
+
+
+def _scan(text: str, budget: _Budget) -> _Problem | None:
+    """One pass over the YAML events: syntax, nesting depth, recursive aliases, and the size
+    with every alias counted as the full value it stands for. Nothing is built."""
+    parser = _StrictLoader(text)
+    document = 0
+    used = 0
+    anchors: dict[str, int] = {}  # anchor -> expanded size of its value
+    open_nodes: list[tuple[int, str | None]] = []  # (used at start, anchor)
+    try:
+        while parser.check_event():
+            event = parser.get_event()  # type: ignore[no-untyped-call]
+            cost = 0
+            if isinstance(event, yaml.DocumentStartEvent):
+                document += 1
+                anchors.clear()  # anchors are scoped to their document
+            elif isinstance(event, yaml.ScalarEvent):
+                cost = len(event.value) + VALUE_COST
+                if event.anchor is not None:
+                    anchors[event.anchor] = cost
+            elif isinstance(event, yaml.AliasEvent):
+                if any(anchor == event.anchor for _, anchor in open_nodes):
+                    return _Problem(document, f"recursive alias *{event.anchor}", "too_large")
+                cost = anchors.get(str(event.anchor), 0)  # undefined: the composer reports it
+            elif isinstance(event, yaml.CollectionStartEvent):
+                cost = VALUE_COST
+                open_nodes.append((used, event.anchor))
+                if len(open_nodes) > MAX_DEPTH:
+                    return _Problem(document, _too_deep(), "too_large")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                start, anchor = open_nodes.pop()
+                if anchor is not None:
+                    anchors[anchor] = used - start
+            used += cost
+            if used > budget.left:
+                return _Problem(document, _too_large(budget), "too_large")
+    except yaml.YAMLError as exc:
+        return _Problem(max(document, 1), _yaml_message(exc), "syntax")
+    finally:
+        parser.dispose()
+    budget.left -= used
+    return None
+
+
 def _yaml_message(exc: yaml.YAMLError) -> str:
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
@@ -138,40 +265,82 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     return f"invalid YAML: {exc}"
 
 
-def _read(
-    paths: Sequence[str | os.PathLike[str]],
+def _object_count(doc: Document) -> int:
+    items = doc.obj.get("items") if _list_kind(doc.obj) else None
+    return 1 + len(items) if isinstance(items, list) else 1
+
+
+def _list_kind(obj: Mapping[str, Any]) -> str | None:
+    kind = obj.get("kind")
+    return kind if isinstance(kind, str) and kind in LIST_KINDS else None
+
+
+def read_documents(
+    paths: Sequence[str | os.PathLike[str]], limits: ConfigLimits
 ) -> tuple[list[Document], list[ConfigError], list[str]]:
+    """Documents, reading errors, and the file order for sorting errors (``build_config``)."""
     errors: list[ConfigError] = []
     docs: list[Document] = []
     files = _files(paths, errors)
+    budget = _Budget(limits)
+    total = 0
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8")
+            with f.open("rb") as stream:  # never more than the limit, even if the file grows
+                data = stream.read(limits.max_bytes - total + 1)
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            errors.append(ConfigError(str(f), None, "", "", "", f"cannot read: {exc}"))
+            errors.append(_file_error(str(f), f"cannot read: {exc}", "unreadable"))
             continue
-        d, e = parse_text(text, str(f))
+        total += len(data)
+        if total > limits.max_bytes:
+            msg = f"the configuration files together are larger than {limits.max_bytes} bytes"
+            errors.append(_file_error(str(f), msg + " (maxConfigBytes)", "too_large"))
+            break
+        d, e = parse_text(text, str(f), limits, budget)
+        if not d and not e:
+            msg = "holds no documents; an empty (or half-written) file is refused"
+            errors.append(_file_error(str(f), msg, "empty"))
         docs += d
         errors += e
-    return docs, errors, [str(p) for p in paths] + [str(f) for f in files]
+    return _counted(docs, errors, limits), errors, [str(p) for p in paths] + [str(f) for f in files]
 
 
-def load_documents(paths: Sequence[str | os.PathLike[str]]) -> list[Document]:
-    """Every mapping document of every file, any kind; raises ``ConfigErrors`` on bad syntax."""
-    docs, errors, _ = _read(paths)
+def _counted(
+    docs: list[Document], errors: list[ConfigError], limits: ConfigLimits
+) -> list[Document]:
+    """``docs``, or none (and an error) when they hold more than ``max_objects`` objects."""
+    count = sum(map(_object_count, docs))
+    if count <= limits.max_objects:
+        return docs
+    msg = f"{count} objects, more than {limits.max_objects} (maxConfigObjects)"
+    errors.append(_file_error(docs[-1].file, msg, "too_large"))
+    return []
+
+
+def load_documents(
+    paths: Sequence[str | os.PathLike[str]], limits: ConfigLimits = DEFAULT_LIMITS
+) -> list[Document]:
+    """Every mapping document of every file, any kind; raises ``ConfigErrors`` on bad syntax,
+    an empty file, or a configuration beyond ``limits``."""
+    docs, errors, order = read_documents(paths, limits)
     if errors:
-        raise ConfigErrors(errors)
+        raise ConfigErrors(_sorted(errors, docs, order), limit=limits.max_errors)
     return docs
 
 
-def load_paths(paths: Sequence[str | os.PathLike[str]]) -> ConfigSet:
-    docs, errors, order = _read(paths)
-    return build_config(docs, errors, file_order=order)
+def load_paths(
+    paths: Sequence[str | os.PathLike[str]], limits: ConfigLimits = DEFAULT_LIMITS
+) -> ConfigSet:
+    docs, errors, order = read_documents(paths, limits)
+    return build_config(docs, errors, file_order=order, limits=limits)
 
 
-def load_text(text: str, *, source: str = "<string>") -> ConfigSet:
-    docs, errors = parse_text(text, source)
-    return build_config(docs, errors)
+def load_text(
+    text: str, *, source: str = "<string>", limits: ConfigLimits = DEFAULT_LIMITS
+) -> ConfigSet:
+    docs, errors = parse_text(text, source, limits)
+    return build_config(_counted(docs, errors, limits), errors, limits=limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +367,8 @@ def _objects(
 ) -> Iterable[tuple[_Where, dict[str, Any]]]:
     """The FlowSchema/PLC objects in the documents, lists expanded, other kinds skipped."""
     for doc in docs:
-        kind = doc.obj.get("kind")
-        if kind in LIST_KINDS:
+        kind = _list_kind(doc.obj)
+        if kind is not None:
             items = doc.obj.get("items") or []
             if not isinstance(items, list):
                 errors.append(
@@ -214,7 +383,7 @@ def _objects(
                         )
                     )
                     continue
-                implied = LIST_KINDS[str(kind)]
+                implied = LIST_KINDS[kind]
                 if implied is not None:
                     defaults = {"kind": implied, "apiVersion": doc.obj.get("apiVersion")}
                     yield from _one(doc, n, {**defaults, **item}, errors)
@@ -231,9 +400,16 @@ def _one(
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     where = _Where(
-        doc.file, doc.index, item, str(kind or ""), name if isinstance(name, str) else ""
+        doc.file,
+        doc.index,
+        item,
+        kind if isinstance(kind, str) else "",
+        name if isinstance(name, str) else "",
     )
-    if not kind or not isinstance(kind, str):
+    if not isinstance(kind, str) and kind is not None:
+        errors.append(where.field_error(invalid("kind", kind, "must be a string")))
+        return
+    if not kind:
         errors.append(
             where.error("kind", "Required value: every document needs apiVersion and kind")
         )
@@ -255,14 +431,17 @@ def build_config(
     *,
     fixed_specs: bool = True,
     file_order: Sequence[str] = (),
+    limits: ConfigLimits = DEFAULT_LIMITS,
 ) -> ConfigSet:
-    """Decode, default and validate every object; raise ``ConfigErrors`` listing all problems,
-    in file order (``file_order``, else first appearance), then document and list item."""
+    """Decode, default and validate every object; raise ``ConfigErrors`` listing the problems
+    (at most ``limits.max_errors``, the rest counted) in file order (``file_order``, else first
+    appearance), then document and list item."""
     docs = list(docs)
     errors = list(errors or [])
     fss: list[FlowSchema] = []
     pls: list[PriorityLevelConfiguration] = []
     seen: dict[tuple[str, str], _Where] = {}
+    dropped = 0
     for where, obj in _objects(docs, errors):
         fs_kind = where.kind == FS_KIND
         field_errs: list[FieldError] = []
@@ -277,8 +456,11 @@ def build_config(
             else:
                 clean = default_priority_level(clean, str(obj.get("apiVersion")))
                 field_errs = validate_priority_level(clean, differs)
-        errors += [where.field_error(e) for e in field_errs]
         if field_errs:
+            # Kept errors are bounded; an object's own list is dropped right after this.
+            room = max(limits.max_errors + 1 - len(errors), 0)
+            errors += [where.field_error(e) for e in field_errs[:room]]
+            dropped += len(field_errs) - min(room, len(field_errs))
             continue
         key = (where.kind, where.name)
         if key in seen:
@@ -297,12 +479,17 @@ def build_config(
         else:
             pls.append(priority_level_from_dict(clean))
     if errors:
-        rank: dict[str, int] = {}
-        for name in [*file_order, *(d.file for d in docs), *(e.file for e in errors)]:
-            rank.setdefault(name, len(rank))
-        errors.sort(key=lambda e: (rank[e.file], e.document or 0, e.item or 0))
-        raise ConfigErrors(errors)
+        raise ConfigErrors(_sorted(errors, docs, file_order), limit=limits.max_errors, more=dropped)
     return ConfigSet(tuple(fss), tuple(pls))
+
+
+def _sorted(
+    errors: list[ConfigError], docs: Sequence[Document], file_order: Sequence[str]
+) -> list[ConfigError]:
+    rank: dict[str, int] = {}
+    for name in [*file_order, *(d.file for d in docs), *(e.file for e in errors)]:
+        rank.setdefault(name, len(rank))
+    return sorted(errors, key=lambda e: (rank[e.file], e.document or 0, e.item or 0))
 
 
 def _fixed_check(fs_kind: bool) -> Callable[[str, Mapping[str, Any]], bool]:

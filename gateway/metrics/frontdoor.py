@@ -41,6 +41,7 @@ class FrontDoorMetrics(Collector):
         self.upstream_errors: dict[tuple[str, str], int] = {}
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_ok = 1
+        self.reload_failures: dict[str, int] = {}
         self.maxinflight: MaxInFlightMiddleware | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
 
@@ -54,9 +55,11 @@ class FrontDoorMetrics(Collector):
             key = (upstream, error)
             self.upstream_errors[key] = self.upstream_errors.get(key, 0) + 1
 
-    def observe_reload(self, ok: bool) -> None:
+    def observe_reload(self, ok: bool, reason: str = "") -> None:
         self.reloads["success" if ok else "failure"] += 1
         self.last_reload_ok = 1 if ok else 0
+        if not ok:
+            self.reload_failures[reason] = self.reload_failures.get(reason, 0) + 1
 
     def observe_maxinflight_reject(self, kind: str) -> None:
         self.maxinflight_rejected[kind] += 1
@@ -85,6 +88,15 @@ class FrontDoorMetrics(Collector):
         for result, n in self.reloads.items():
             reloads.add_metric([result], n)
         yield reloads
+        failures = CounterMetricFamily(
+            "gateway_config_reload_failures",
+            "Refused configuration reloads by reason: invalid, syntax, empty, too_large, "
+            "unreadable, credentials, security_key_missing, apply.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(self.reload_failures.items()):
+            failures.add_metric([reason], n)
+        yield failures
         yield GaugeMetricFamily(
             "gateway_config_last_reload_successful",
             "1 if the last configuration reload was applied, 0 if it was refused.",

@@ -4,7 +4,6 @@ from gateway.settings.load import (
     SettingsError,
     build_settings,
     is_gateway_document,
-    load_documents,
     settings_from_document,
 )
 from gateway.settings.model import (
@@ -30,6 +29,5 @@ __all__ = [
     "UpstreamSettings",
     "build_settings",
     "is_gateway_document",
-    "load_documents",
     "settings_from_document",
 ]

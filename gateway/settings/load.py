@@ -7,13 +7,10 @@ needs no parsing code; numbers that are durations also accept ``"500ms"``, ``"15
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
 
@@ -28,38 +25,6 @@ class SettingsError(ValueError):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
         self.errors = errors
-
-
-def load_documents(paths: Iterable[str | Path]) -> tuple[list[Document], list[str]]:
-    """All YAML documents under ``paths`` (files or folders of *.yaml/*.yml/*.json), in order."""
-    docs: list[Document] = []
-    errors: list[str] = []
-    for path in paths:
-        p = Path(path)
-        files = (
-            sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml", ".json"))
-            if p.is_dir()
-            else [p]
-        )
-        for f in files:
-            try:
-                loaded = list(yaml.safe_load_all(f.read_text(encoding="utf-8")))
-            except OSError as exc:
-                errors.append(f"{f}: cannot read: {exc.strerror or exc}")
-                continue
-            except yaml.YAMLError as exc:
-                errors.append(f"{f}: not valid YAML: {exc}")
-                continue
-            for i, doc in enumerate(loaded):
-                if doc is None:
-                    continue
-                if not isinstance(doc, dict):
-                    errors.append(
-                        f"{f}: document {i}: expected a mapping, got {type(doc).__name__}"
-                    )
-                    continue
-                docs.append((str(f), i, doc))
-    return docs, errors
 
 
 def is_gateway_document(doc: dict[str, Any]) -> bool:
@@ -84,6 +49,11 @@ def settings_from_document(source: str, index: int, doc: dict[str, Any]) -> Gate
     return value
 
 
+def yaml_key(f: dataclasses.Field[Any]) -> str:
+    """The document key of a settings field."""
+    return str(f.metadata.get("yaml") or _camel(f.name))
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(w[:1].upper() + w[1:] for w in rest)
@@ -101,15 +71,19 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
             errors.append(f"{label}: expected a mapping, got {type(value).__name__}")
             return None
         hints = typing.get_type_hints(tp)
-        fields = {f.metadata.get("yaml") or _camel(f.name): f for f in dataclasses.fields(tp)}
+        fields = {yaml_key(f): f for f in dataclasses.fields(tp)}
         for key in value:
             if key not in fields:
                 errors.append(f"{_join(path, str(key))}: unknown field")
         kwargs = {}
+        missing = False
         for key, f in fields.items():
             if key in value:
                 kwargs[f.name] = _convert(hints[f.name], value[key], _join(path, key), errors)
-        if any(v is None for v in kwargs.values()):
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                errors.append(f"{_join(path, key)}: required")
+                missing = True
+        if missing or any(v is None for v in kwargs.values()):
             return None
         return tp(**kwargs)
     if origin is tuple:
@@ -141,8 +115,9 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return None
     if tp is float:
         seconds = parse_duration(value)
-        if seconds is None:
+        if seconds is None or not math.isfinite(seconds):
             errors.append(f"{label}: expected seconds or a duration like '15s', got {value!r}")
+            return None
         return seconds
     if tp is str:
         if isinstance(value, str):
@@ -173,7 +148,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
         if getattr(s, name) < 0:
             errors.append(f"{_camel(name)}: must not be negative")
     _host, sep, port = s.listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         errors.append(f"listen: expected HOST:PORT, got {s.listen!r}")
     for i, u in enumerate(s.upstreams):
         if not u.url.startswith(("http://", "https://")):
@@ -183,9 +158,16 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
     for i, t in enumerate(s.route_templates):
         if not t.path.startswith("/"):
             errors.append(f"routeTemplates[{i}].path: must start with '/', got {t.path!r}")
-    for name in ("request_timeout", "shutdown_grace_period", "config_poll_interval"):
+    for name in ("shutdown_grace_period", "config_poll_interval"):
         if getattr(s, name) < 0:
             errors.append(f"{_camel(name)}: must not be negative")
+    # The request deadline: 0 would expire every request at once (and used to mean 60 s on
+    # reload only); the queue-wait bound derived from it must be positive too.
+    if s.request_timeout <= 0:
+        errors.append("requestTimeout: must be positive")
+    for name in ("max_config_bytes", "max_config_objects", "max_config_errors"):
+        if getattr(s, name) < 1:
+            errors.append(f"{_camel(name)}: must be at least 1")
     if s.borrowing_adjustment_period <= 0:
         errors.append("borrowingAdjustmentPeriod: must be positive")
     _validate_work_estimation(s, errors)
@@ -212,21 +194,41 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_settings(
-    docs: list[Document], overrides: dict[str, Any] | None = None
-) -> GatewaySettings:
-    """Settings from the (at most one) GatewayConfiguration document plus flag overrides."""
+def gateway_document(docs: list[Document], overrides: dict[str, Any] | None = None) -> Document:
+    """The (at most one) GatewayConfiguration document with the flag overrides merged in;
+    without one, the flags alone (source ``COMMAND_LINE``)."""
     overrides = overrides or {}
     header = {"apiVersion": API_VERSION, "kind": KIND}
     settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
     mine = [d for d in docs if is_gateway_document(d[2])]
     if len(mine) > 1:
-        where = ", ".join(f"{s}: document {i}" for s, i, _ in mine)
-        raise SettingsError([f"more than one {KIND} document: {where}"])
+        first = f"{mine[0][0]}: document {mine[0][1]}"
+        raise SettingsError(
+            [f"{s}: document {i}: only one {KIND} document is allowed; the first is {first}"
+             for s, i, _ in mine[1:]]
+        )  # fmt: skip
     if not mine:
-        return settings_from_document(COMMAND_LINE, 0, {**header, **overrides})
+        return COMMAND_LINE, 0, {**header, **overrides}
     source, index, doc = mine[0]
-    return settings_from_document(source, index, merge(doc, overrides))
+    return source, index, merge(doc, overrides)
+
+
+def build_settings(
+    docs: list[Document], overrides: dict[str, Any] | None = None
+) -> GatewaySettings:
+    """Settings from the (at most one) GatewayConfiguration document plus flag overrides."""
+    return settings_from_document(*gateway_document(docs, overrides))
+
+
+def stated_keys(doc: dict[str, Any], prefix: str = "") -> frozenset[str]:
+    """The dotted key paths a document states (``authentication.anonymous``), lists as leaves."""
+    out: set[str] = set()
+    for key, value in doc.items():
+        path = _join(prefix, str(key))
+        out.add(path)
+        if isinstance(value, dict):
+            out |= stated_keys(value, path)
+    return frozenset(out)
 
 
 def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:

@@ -9,6 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.flowcontrol.configset import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ERRORS,
+    DEFAULT_MAX_OBJECTS,
+    ConfigLimits,
+)
+
 API_VERSION = "gateway.apf.dev/v1alpha1"
 KIND = "GatewayConfiguration"
 
@@ -115,11 +122,22 @@ class GatewaySettings:
     # uvicorn's HTTP/1.1 implementation. zttp checks and writes response headers in native
     # code; httptools is the fallback (docs/decisions/0007-zttp-http-implementation.md).
     http_implementation: Literal["zttp", "httptools"] = "zttp"
+    # "ensured": Kubernetes' mandatory and suggested objects are added to the files' objects as
+    # the API server's ensurer adds them; "exact": the files' objects plus the mandatory ones.
+    flow_control_objects: Literal["ensured", "exact"] = "ensured"
+    # Bounds on reading --config paths; the values in force when a read starts apply to it.
+    max_config_bytes: int = DEFAULT_MAX_BYTES
+    max_config_objects: int = DEFAULT_MAX_OBJECTS
+    max_config_errors: int = DEFAULT_MAX_ERRORS
 
     @property
     def server_concurrency_limit(self) -> int:
         """APF's server-wide seat count: the sum of the two max-in-flight limits."""
         return self.max_requests_inflight + self.max_mutating_requests_inflight
+
+    @property
+    def config_limits(self) -> ConfigLimits:
+        return ConfigLimits(self.max_config_bytes, self.max_config_objects, self.max_config_errors)
 
     @property
     def host_port(self) -> tuple[str, int]:

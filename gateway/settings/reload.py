@@ -1,8 +1,10 @@
 """Hot reload: poll the watched files and listen for SIGHUP; apply only whole, valid configs.
 
 Polling (mtime, size, inode) works on every filesystem, including Kubernetes ConfigMap volumes
-whose files change by symlink swap. A failed load is logged with all its errors and the last
-good configuration keeps serving.
+whose files change by symlink swap. Reading, parsing, validating and preparing a new
+configuration (credential files included) run in a worker thread, so a large or hostile file
+never stalls requests; only the final swap runs on the event loop. A refused load is logged
+with its errors and reason, and the last good configuration keeps serving.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gateway.settings.guard import unstated_changes
 from gateway.settings.sources import ConfigLoadError, LoadedConfig, load_config, watched_files
 
 log = logging.getLogger("gateway.reload")
 
 Stamp = tuple[tuple[str, float, int, int], ...]
+# Runs in the worker thread; returns what finishes the apply on the event loop.
+Prepare = Callable[[LoadedConfig], Callable[[], None]]
 
 
 def _stamp(files: list[Path]) -> Stamp:
@@ -40,39 +46,56 @@ class Reloader:
         paths: Sequence[str | Path],
         overrides: dict[str, Any],
         current: LoadedConfig,
-        apply: Callable[[LoadedConfig], None],
-        on_result: Callable[[bool], None] | None = None,
+        prepare: Prepare,
+        on_result: Callable[[bool, str], None] | None = None,
+        load: Callable[..., LoadedConfig] = load_config,
     ) -> None:
         self.paths = list(paths)
         self.overrides = overrides
         self.current = current
-        self.apply = apply
+        self.prepare = prepare
         self.on_result = on_result
+        self.load = load
         self._files = watched_files(self.paths, current.settings)
         self._stamp = _stamp(self._files)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="config-reload")
 
-    def reload(self) -> bool:
-        """Load and apply now; True when the new configuration is serving."""
+    def _load(self) -> tuple[LoadedConfig, Callable[[], None]]:
+        """In the worker thread: everything but the swap."""
+        running = self.current.settings
+        loaded = self.load(self.paths, self.overrides, running.config_limits)
+        refused = unstated_changes(running, loaded)
+        if refused:
+            raise ConfigLoadError(refused, reason="security_key_missing")
         try:
-            loaded = load_config(self.paths, self.overrides)
-            self.apply(loaded)
+            return loaded, self.prepare(loaded)
+        except (OSError, ValueError) as exc:  # credential files
+            raise ConfigLoadError([str(exc)], reason="credentials") from exc
+
+    async def reload(self) -> bool:
+        """Load off the loop and apply; True when the new configuration is serving."""
+        reason = ""
+        try:
+            loop = asyncio.get_running_loop()
+            loaded, commit = await loop.run_in_executor(self._worker, self._load)
+            commit()
         except ConfigLoadError as exc:
-            log.error("configuration reload refused; keeping the last good one: %s", exc)
-            ok = False
+            reason = exc.reason
+            log.error("configuration reload refused (%s); keeping the last good one: %s",
+                      reason, exc)  # fmt: skip
         except Exception:
+            reason = "apply"
             log.exception("configuration reload failed; keeping the last good one")
-            ok = False
         else:
             self.current = loaded
-            ok = True
             log.info("configuration reloaded")
         self._files = watched_files(self.paths, self.current.settings)
         self._stamp = _stamp(self._files)
         if self.on_result:
-            self.on_result(ok)
-        return ok
+            self.on_result(not reason, reason)
+        return not reason
 
     def trigger(self) -> None:
         self._wake.set()
@@ -90,6 +113,7 @@ class Reloader:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self, interval: float) -> None:
         while True:
@@ -100,4 +124,4 @@ class Reloader:
                 forced = False
             self._wake.clear()
             if forced or _stamp(self._files) != self._stamp:
-                self.reload()
+                await self.reload()

@@ -8,9 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.settings.load import SettingsError, build_settings
-from gateway.settings.model import GatewaySettings
+from gateway.flowcontrol.configset import ConfigErrors, ConfigLimits, ConfigSet, more_errors
+from gateway.settings.load import (
+    COMMAND_LINE,
+    SettingsError,
+    build_settings,
+    gateway_document,
+    settings_from_document,
+    stated_keys,
+)
+from gateway.settings.model import KIND, GatewaySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,43 +25,70 @@ class LoadedConfig:
     settings: GatewaySettings
     # None: the paths hold no flow-control objects, so the bootstrap defaults apply.
     flow: ConfigSet | None
+    # What the gateway serves: ``flow`` after one pass of Kubernetes' ensurer, the very set
+    # ``apf-gateway config validate --effective`` prints.
+    effective: ConfigSet
+    # The GatewayConfiguration keys the document and the flags state (dotted camelCase), and
+    # where that document is ("gw.yaml: document 1", or "command line" without one).
+    stated: frozenset[str]
+    where: str
 
 
 class ConfigLoadError(Exception):
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
+    """``reason`` says why, for the reload metric: "invalid" (validation), "unreadable",
+    "empty", "too_large", "syntax", or "security_key_missing" (refused reloads only)."""
+
+    def __init__(self, errors: list[str], *, more: int = 0, reason: str = "invalid") -> None:
         self.errors = errors
+        self.more = more
+        self.reason = reason
+        lines = errors + ([more_errors(more)] if more else [])
+        super().__init__("invalid configuration:\n  " + "\n  ".join(lines))
 
 
 def load_config(
-    paths: Sequence[str | Path], overrides: dict[str, Any] | None = None
+    paths: Sequence[str | Path],
+    overrides: dict[str, Any] | None = None,
+    limits: ConfigLimits | None = None,
 ) -> LoadedConfig:
-    """Raises ``ConfigLoadError`` listing every problem in every file."""
+    """Raises ``ConfigLoadError`` listing the problems in every file. ``limits`` bound the
+    reading; by default those the flags set (a reload passes the running configuration's)."""
     from gateway.flowcontrol import loader
+    from gateway.flowcontrol.ensure import effective_config
 
+    if limits is None:
+        try:
+            limits = build_settings([], overrides).config_limits
+        except SettingsError as exc:
+            raise ConfigLoadError(exc.errors) from exc
+    docs, read_errors, order = loader.read_documents(list(paths), limits)
     errors: list[str] = []
+    more = 0
+    reason = "invalid"
+    loaded: tuple[GatewaySettings, frozenset[str], str] | None = None
     try:
-        docs = loader.load_documents(list(paths)) if paths else []
-    except ConfigErrors as exc:
-        raise ConfigLoadError([str(e) for e in exc.errors]) from exc
-    settings: GatewaySettings | None = None
-    try:
-        settings = build_settings([(d.file, d.index, d.obj) for d in docs], overrides)
+        source, index, doc = gateway_document([(d.file, d.index, d.obj) for d in docs], overrides)
+        where = source if source == COMMAND_LINE else f"{source}: document {index}"
+        loaded = settings_from_document(source, index, doc), stated_keys(doc), where
     except SettingsError as exc:
         errors.extend(exc.errors)
     flow: ConfigSet | None = None
-    flow_docs = [d for d in docs if d.obj.get("kind") != "GatewayConfiguration"]
-    if flow_docs:
+    flow_docs = [d for d in docs if d.obj.get("kind") != KIND]
+    if flow_docs or read_errors:
         try:
-            flow = loader.build_config(flow_docs)
+            flow = loader.build_config(flow_docs, read_errors, file_order=order, limits=limits)
         except ConfigErrors as exc:
             errors.extend(str(e) for e in exc.errors)
+            more, reason = exc.more, exc.reason
         else:
             if len(flow) == 0:
                 flow = None
-    if errors or settings is None:
-        raise ConfigLoadError(errors)
-    return LoadedConfig(settings, flow)
+    if errors or loaded is None:
+        keep = errors[: limits.max_errors]
+        raise ConfigLoadError(keep, more=more + len(errors) - len(keep), reason=reason)
+    settings, stated, where = loaded
+    exact = settings.flow_control_objects == "exact"
+    return LoadedConfig(settings, flow, effective_config(flow, exact=exact), stated, where)
 
 
 def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> list[Path]:

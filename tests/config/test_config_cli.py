@@ -107,3 +107,61 @@ def test_defaults_prints_yaml_that_round_trips() -> None:
 def test_usage_errors_exit_two() -> None:
     assert cli().returncode == 2
     assert cli("validate").returncode == 2
+
+
+GW = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
+
+
+def test_validate_reports_bad_input_as_errors_never_tracebacks(tmp_path: Path) -> None:
+    cases = {
+        "kind.yaml": ("kind: [1]\n", "document 1: kind: Invalid value: [1]: must be a string"),
+        "gw.yaml": (GW + "upstreams: [{prefix: /v2}]\n", "document 1: upstreams[0].url: required"),
+        "timeout.yaml": (
+            GW + "requestTimeout: 0\n",
+            "document 1: requestTimeout: must be positive",
+        ),
+        "deep.json": (
+            "[" * 100_000 + "]" * 100_000,
+            "document 1: nested more than 100 levels deep",
+        ),
+        "empty.yaml": ("", "holds no documents; an empty (or half-written) file is refused"),
+        "bomb.yaml": (
+            "a: &a [x,x,x,x,x,x,x,x,x]\n"
+            + "".join(
+                f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n"
+                for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+            + "kind: FlowSchema\n",
+            "document 1: larger than 2097152 bytes (maxConfigBytes) with YAML aliases expanded",
+        ),
+    }
+    for name, (text, error) in cases.items():
+        f = tmp_path / name
+        f.write_text(text)
+        proc = cli("validate", str(f))
+        assert (proc.returncode, proc.stdout) == (1, ""), (name, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        lines = proc.stderr.splitlines()
+        assert lines[0].startswith(f"{f}: {error}") and lines[1:] == ["invalid: 1 error"], lines
+
+
+def test_validate_checks_the_gateway_configuration_and_caps_the_errors(tmp_path: Path) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(GW + "upstreams: [{url: 'http://127.0.0.1:1'}]\nborrowingAdjustmentPeriod: 0\n")
+    proc = cli("validate", str(f))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"{f}: document 1: borrowingAdjustmentPeriod: must be positive",
+        "invalid: 1 error",
+    ]
+    f.write_text(dump(*(fs_doc(f"Bad{i}") for i in range(12))))
+    proc = cli("validate", "--max-config-errors", "3", str(f))
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and len(lines) == 5
+    assert lines[3:] == ["... and 9 more errors", "invalid: 12 errors"]
+    f.write_text(GW + "upstreams: [{url: 'http://127.0.0.1:1'}]\n")
+    proc = cli("validate", str(f))
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(
+        f"valid: 0 FlowSchemas, 0 PriorityLevelConfigurations, GatewayConfiguration in {f}: document 1\n"
+    )

@@ -130,7 +130,7 @@ def test_sighup_reloads_and_sigterm_drains_and_exits_zero(
         config.write_text(CONFIG.read_text().replace(
             "nominalConcurrencyShares: 5\n    lendablePercent: 0\n    borrowingLimitPercent: 0\n"
             "    limitResponse: {type: Reject}",
-            "nominalConcurrencyShares: 20\n    lendablePercent: 0\n    borrowingLimitPercent: 0\n"
+            "nominalConcurrencyShares: 200\n    lendablePercent: 0\n    borrowingLimitPercent: 0\n"
             "    limitResponse: {type: Reject}",
         ))  # fmt: skip
         proc.send_signal(signal.SIGHUP)

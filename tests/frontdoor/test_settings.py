@@ -80,3 +80,68 @@ def test_serve_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> 
                  "--max-mutating-requests-inflight", "--enable-priority-and-fairness",
                  "--token-auth-file", "--openwhisk-keys-file", "--anonymous-auth"):  # fmt: skip
         assert flag in out
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("upstreams: [{prefix: /v2}]\n", "upstreams[0].url: required"),
+        ("requestTimeout: 0\n", "requestTimeout: must be positive"),
+        ("requestTimeout: 0s\n", "requestTimeout: must be positive"),
+        ("requestTimeout: .nan\n", "requestTimeout: expected seconds or a duration like '15s'"),
+        ("shutdownGracePeriod: 1e999\n", "shutdownGracePeriod: expected seconds or a duration"),
+        ("listen: '127.0.0.1:\u00b2'\n", "listen: expected HOST:PORT"),
+        ("maxConfigBytes: 0\n", "maxConfigBytes: must be at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_field_errors_not_tracebacks(tmp_path: Path, body: str, error: str) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + body)
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config([f])
+    assert any(e.startswith(f"{f}: document 1: {error}") for e in exc.value.errors), exc.value
+
+
+def test_the_flags_set_the_size_limits_of_the_files(tmp_path: Path) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + "#" + "x" * 5000 + "\n")
+    args = build_parser().parse_args(["serve", "--config", str(f), "--max-config-bytes", "4096"])
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config(args.config, overrides_from_args(args))
+    assert exc.value.reason == "too_large"
+    assert exc.value.errors == [
+        f"{f}: the configuration files together are larger than 4096 bytes (maxConfigBytes)"
+    ]
+    assert load_config([f]).settings.max_config_bytes == 2 << 20
+
+
+def test_reload_guard_names_each_security_setting_changed_by_omission(tmp_path: Path) -> None:
+    from gateway.settings.guard import unstated_changes
+
+    f = tmp_path / "gw.yaml"
+    f.write_text(HEADER + "authentication: {anonymous: false}\ndebugAllowedGroups: [ops]\n"
+                 "maxRequestsInflight: 7\n")  # fmt: skip
+    running = load_config([f]).settings
+    f.write_text(HEADER + "maxRequestsInflight: 8\n")
+    assert unstated_changes(running, load_config([f])) == [
+        f'{f}: document 1: debugAllowedGroups: key missing; the running value ["ops"] would '
+        'become the default ["system:masters"]. A reload changes security settings only when '
+        "the key is written (or restart)",
+        f"{f}: document 1: authentication.anonymous: key missing; the running value false would "
+        "become the default true. A reload changes security settings only when the key is "
+        "written (or restart)",
+    ]
+    # A flag states its key too; a stated change, even to the default, is allowed.
+    f.write_text(HEADER + "debugAllowedGroups: [system:masters]\n")
+    assert (
+        unstated_changes(running, load_config([f], {"authentication": {"anonymous": False}})) == []
+    )
+    f.write_text(
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\n"
+        "metadata: {name: p}\nspec: {type: Limited, limited: {limitResponse: {type: Reject}}}\n"
+    )
+    refused = unstated_changes(running, load_config([f]))
+    assert [e.split(": key")[0] for e in refused] == [
+        "no GatewayConfiguration document: debugAllowedGroups",
+        "no GatewayConfiguration document: authentication.anonymous",
+    ]
