@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
+from gateway.asgi.canonical import BadPath, canonicalize, refuse_path
 from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
@@ -286,8 +287,14 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The probes' check is inlined here: one coroutine layer less on every request.
         kind = scope["type"]
-        if kind == "http":
-            if scope["path"] in HealthEndpoints.PATHS:
+        if kind in ("http", "websocket"):
+            # Everything below (probes, admission, the proxy) reads this one canonical path.
+            try:
+                scope = canonicalize(scope)
+            except BadPath as exc:
+                await refuse_path(kind, send, exc)
+                return
+            if kind == "http" and scope["path"] in HealthEndpoints.PATHS:
                 await self.health(scope, receive, send)
                 return
         elif kind == "lifespan":

@@ -78,9 +78,11 @@ class ProxyApp:
                 headers=scope.get(RESPONSE_HEADERS_KEY),
             )  # fmt: skip
             return
+        # The front door made ``raw_path`` canonical (gateway.asgi.canonical): every transport
+        # sends exactly it, so the upstream serves the path that was classified.
         raw_path: bytes = scope.get("raw_path") or path.encode()
         if route.strip_prefix:
-            raw_path = raw_path[len(route.prefix.rstrip("/")) :] or b"/"
+            raw_path = _strip_prefix(raw_path, route.prefix.rstrip("/"))
         url = route.url + raw_path.decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
@@ -153,6 +155,15 @@ class ProxyApp:
         finally:
             watcher.remove_done_callback(on_disconnect)
             watcher.cancel()
+
+
+def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:
+    """``raw_path`` without the part that decodes to ``prefix`` (``%XX`` is one byte of it)."""
+    i = 0
+    for _ in range(len(prefix.encode("utf-8"))):
+        i += 3 if raw_path[i : i + 1] == b"%" else 1
+    rest = raw_path[i:]
+    return rest if rest.startswith(b"/") else b"/" + rest
 
 
 async def _request_body(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:
