@@ -18,14 +18,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Final
 
-from gateway.asgi.authn import RequestAuthenticator, Unauthorized
+from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.describe import (
     DIGEST_KEY,
     LONG_RUNNING_KEY,
     RESPONSE_HEADERS_KEY,
     RequestDescriber,
-    send_unauthorized,
 )
+from gateway.asgi.refusal import RequestRefused, send_refusal
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
@@ -183,8 +183,8 @@ class FlowControlMiddleware:
         ``_general``."""
         try:
             digest, long_running = self.describer.describe(scope)
-        except Unauthorized:
-            return None  # _general answers 401
+        except RequestRefused:
+            return None  # _general answers it
         if long_running:
             return None
         controller = self._controller or self.controller
@@ -211,9 +211,9 @@ class FlowControlMiddleware:
         if described is None:
             try:
                 digest, long_running = self.describer.describe(scope)
-            except Unauthorized as exc:
+            except RequestRefused as exc:
                 if kind == "http":
-                    await send_unauthorized(send, str(exc))
+                    await send_refusal(send, exc)
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return

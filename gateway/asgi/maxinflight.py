@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.asgi.authn import Unauthorized
 from gateway.asgi.describe import (
     DIGEST_KEY,
     LONG_RUNNING_KEY,
     RequestDescriber,
-    send_unauthorized,
 )
+from gateway.asgi.refusal import RequestRefused, send_refusal
 from gateway.asgi.reject import send_too_many_requests
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.metrics.watermark import Watermark
@@ -53,8 +52,8 @@ class MaxInFlightMiddleware:
             return
         try:
             digest, long_running = self.describer.describe(scope)
-        except Unauthorized as exc:
-            await send_unauthorized(send, str(exc))
+        except RequestRefused as exc:
+            await send_refusal(send, exc)
             return
         scope[DIGEST_KEY] = digest
         if long_running:
