@@ -136,12 +136,14 @@ class Gateway:
                 identity_headers=(*rh.username_headers, *rh.group_headers),
                 identity_prefixes=rh.extra_header_prefixes,
                 forward_identity=p.forward_identity,
+                impersonation=p.impersonation,
             ),
             observe=self.metrics.observe_upstream,
         )
         self.endpoints = LocalEndpoints(
-            self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups
-        )
+            self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups,
+            metrics_groups=settings.metrics_allowed_groups,
+        )  # fmt: skip
         self.admission: ASGIApp = self._build_admission(loaded)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         self.on_startup = on_startup or []
@@ -258,6 +260,7 @@ class Gateway:
         self.describer.authenticator = authenticator
         self.describer.parser = parser
         self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
+        self.endpoints.metrics_groups = frozenset(new.metrics_allowed_groups)
         if isinstance(self.admission, MaxInFlightMiddleware):
             self.admission.limits = {
                 "readOnly": new.max_requests_inflight,

@@ -16,7 +16,7 @@ from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
-from gateway.proxy.headers import HeaderPolicy, response_headers
+from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
 from gateway.proxy.transport import (
     SMALL_BODY,
     Transport,
@@ -88,12 +88,19 @@ class ProxyApp:
             url += "?" + scope["query_string"].decode("latin-1")
         digest: RequestDigest | None = scope.get(DIGEST_KEY)
         client = scope.get("client")
-        headers = self.headers.request_headers(
-            scope["headers"],
-            client_host=client[0] if client else "",
-            scheme=scope["scheme"],
-            user=digest.user if digest is not None else None,
-        )
+        try:
+            headers = self.headers.request_headers(
+                scope["headers"],
+                client_host=client[0] if client else "",
+                scheme=scope["scheme"],
+                user=digest.user if digest is not None else None,
+            )
+        except ImpersonationRefused as exc:
+            await send_status(
+                send, 403, f"impersonation ({exc} header) is not accepted here "
+                "(proxy.impersonation: reject)", headers=scope.get(RESPONSE_HEADERS_KEY),
+            )  # fmt: skip
+            return
         body = await _request_body(scope, receive)
         long_running = bool(scope.get(LONG_RUNNING_KEY))
         started = time.perf_counter()
