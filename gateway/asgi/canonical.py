@@ -6,12 +6,13 @@ library's, the upstream's) can read a different one. Percent-encoded unreserved 
 decoded and other escapes upper-cased (RFC 3986 6.2.2); bytes a path may not carry are
 percent-encoded. A path whose meaning depends on who resolves it is refused with 400 instead of
 rewritten: dot segments (also encoded, also ``..;``), empty segments (``//``), an encoded ``/``,
-a backslash, control characters, malformed escapes and escapes that are not UTF-8.
+a backslash, control characters, a raw ``#``, malformed escapes and escapes that are not UTF-8.
 kube-apiserver does not resolve dot segments either: its filters see the path as sent, and Go's
 ``ServeMux`` redirects rather than serves an unclean path.
 
 The query string is kept as sent, except that bytes RFC 3986 does not allow in a query are
-percent-encoded (every transport then sends the same bytes; some would encode them anyway).
+percent-encoded (every transport then sends the same bytes; some would encode them anyway) and
+a ``#`` is refused (HTTP parsers keep or drop a fragment differently).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class BadPath(ValueError):
 def canonical_path(raw: bytes) -> tuple[str, bytes]:
     """(decoded path, path to send upstream) for a raw request path. Raises ``BadPath``."""
     plain = raw[:1] == b"/" and not raw.translate(None, _PATH_PLAIN)
-    if plain and b"//" not in raw and b"/." not in raw:
+    if plain and raw.find(b"//") < 0 and raw.find(b"/.") < 0:
         return raw.decode("ascii"), raw  # the common case: nothing to decode or check
     if raw[:1] != b"/":
         raise BadPath("the path must start with '/'")
@@ -86,6 +87,8 @@ def _segment(segment: bytes) -> bytes:
             continue
         if byte in _REFUSED:
             raise BadPath(f"byte 0x{byte:02X} is not accepted in a path")
+        if byte == 0x23:  # some HTTP parsers keep a fragment in the path, others drop it
+            raise BadPath("a fragment ('#') is not accepted in a request target")
         if byte in _PATH_PLAIN_SET:
             out.append(byte)
         else:
@@ -95,8 +98,11 @@ def _segment(segment: bytes) -> bytes:
 
 
 def canonical_query(query: bytes) -> bytes:
+    """Raises ``BadPath`` for a fragment, which HTTP parsers treat differently."""
     if not query.translate(None, _QUERY_PLAIN):
         return query
+    if b"#" in query:
+        raise BadPath("a fragment ('#') is not accepted in a request target")
     return quote(query, safe=_QUERY_PLAIN.decode("ascii")).encode("ascii")
 
 
@@ -104,10 +110,22 @@ def canonicalize(scope: Scope) -> Scope:
     """``scope`` with canonical ``path``, ``raw_path`` and ``query_string`` (the same object
     when it already was). Raises ``BadPath``."""
     raw: bytes | None = scope.get("raw_path")
+    query: bytes = scope["query_string"]
+    # The common case, checked inline as it runs on every request (``find`` is cheaper than
+    # ``in`` for bytes here).
+    if (
+        raw is not None
+        and raw[:1] == b"/"
+        and not raw.translate(None, _PATH_PLAIN)
+        and raw.find(b"//") < 0
+        and raw.find(b"/.") < 0
+        and (not query or not query.translate(None, _QUERY_PLAIN))
+        and len(scope["path"]) == len(raw)  # no "%": the server's decoding changed nothing
+    ):
+        return scope
     if raw is None:  # optional in ASGI: rebuild it from the decoded path
         raw = quote(scope["path"], safe=_PATH_PLAIN.decode("ascii")).encode("ascii")
     path, canonical = canonical_path(raw)
-    query: bytes = scope.get("query_string", b"")
     fixed_query = canonical_query(query)
     if canonical is raw and fixed_query is query and path == scope["path"]:
         return scope

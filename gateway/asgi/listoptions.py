@@ -22,7 +22,6 @@ Query = tuple[tuple[str, str], ...]
 _BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _INT64: Final = re.compile(r"[+-]?[0-9]+")
 _INT64_MAX: Final = 2**63 - 1
-_OPERATORS: Final = ("!=", "==", "=")
 _INTEGER_OPTIONS: Final = ("limit", "timeoutSeconds")
 
 
@@ -39,11 +38,14 @@ def parse_query(query_string: bytes, keep: frozenset[str]) -> Query:
         if not pair or ";" in pair:
             continue
         key, _, value = pair.partition("=")
-        if _BAD_ESCAPE.search(pair):
-            continue
-        key = unquote_plus(key)
+        if "%" in pair:
+            if _BAD_ESCAPE.search(pair):
+                continue
+            key = unquote_plus(key)
+        elif "+" in key:
+            key = key.replace("+", " ")
         if key in keep:
-            out.append((key, unquote_plus(value)))
+            out.append((key, unquote_plus(value) if "%" in value or "+" in value else value))
     return tuple(out)
 
 
@@ -93,6 +95,8 @@ def exact_match(selector: str, field: str) -> str:
 
 
 def _terms(selector: str) -> list[str]:
+    if "\\" not in selector:
+        return selector.split(",")
     terms = []
     start = 0
     escaped = False
@@ -109,11 +113,15 @@ def _terms(selector: str) -> list[str]:
 
 
 def _split_term(term: str) -> tuple[str, str, str]:
-    for i in range(len(term)):
-        for op in _OPERATORS:
-            if term.startswith(op, i):
-                return term[:i], op, term[i + len(op) :]
-    raise SelectorError(f"invalid selector term {term!r}")
+    """At the first place where one of ``!=``, ``==``, ``=`` starts (tried in that order)."""
+    eq = term.find("=")
+    if eq < 0:
+        raise SelectorError(f"invalid selector term {term!r}")
+    if eq > 0 and term[eq - 1] == "!":
+        return term[: eq - 1], "!=", term[eq + 1 :]
+    if term.startswith("==", eq):
+        return term[:eq], "==", term[eq + 2 :]
+    return term[:eq], "=", term[eq + 1 :]
 
 
 def _unescape(value: str) -> str:

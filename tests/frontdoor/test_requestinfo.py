@@ -167,6 +167,16 @@ def test_special_verb_without_resource_is_an_error(path: str) -> None:
         RequestInfoParser().parse("GET", path, b"")
 
 
+@pytest.mark.parametrize(
+    ("selector", "name"),
+    [("metadata.name!=a", ""), ("metadata.name==a", "a"), ("metadata.name=a", "a"),
+     ("metadata.name!x=a", ""), ("x!=1,metadata.name=b", "b"), ("metadata.name=", ""),
+     ("metadata.name=\\,a\\=b\\\\", ",a=b\\"), (",,metadata.name=c,", "c"), ("", "")],
+)  # fmt: skip
+def test_field_selector_exact_match(selector: str, name: str) -> None:
+    assert exact_match(selector, "metadata.name") == name
+
+
 def test_field_selector_errors() -> None:
     assert exact_match(r"a=1,metadata.name=x\\y", "metadata.name") == "x\\y"
     for bad in ["metadata.name=p,foo", "a=b=c", "a=b\\", "a=\\q"]:
