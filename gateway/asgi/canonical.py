@@ -53,8 +53,8 @@ def canonical_path(raw: bytes) -> tuple[str, bytes]:
         if not segment and i != last:
             raise BadPath("empty path segment ('//')")
         canon = _segment(segment)
-        # "..;x" counts too: some servers drop ";" path parameters before resolving.
-        if canon.partition(b";")[0] in _DOT_SEGMENTS:
+        # "..;x" (also "..%3Bx") counts too: some servers drop ";" path parameters first.
+        if canon.replace(b"%3B", b";").partition(b";")[0] in _DOT_SEGMENTS:
             raise BadPath("'.' and '..' path segments are not accepted")
         out.append(canon)
     canonical = b"/" + b"/".join(out)
