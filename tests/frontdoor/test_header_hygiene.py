@@ -137,3 +137,17 @@ def test_metrics_open_by_default_and_restricted_by_group(
     status, body = get(closed.port, "/metrics", "Authorization: Bearer scraper-token")
     assert status == 200 and b"# TYPE" in body
     assert recorder.received == []  # answered by the gateway, never proxied
+
+
+def test_new_settings_have_flags() -> None:
+    from gateway.cli.main import build_parser
+    from gateway.cli.serve import overrides_from_args
+    from gateway.settings.sources import load_config
+
+    args = build_parser().parse_args([
+        "serve", "--upstream", "http://127.0.0.1:1", "--impersonation", "strip",
+        "--metrics-allowed-groups", "system:monitoring, ops",
+    ])  # fmt: skip
+    s = load_config([], overrides_from_args(args)).settings
+    assert s.proxy.impersonation == "strip"
+    assert s.metrics_allowed_groups == ("system:monitoring", "ops")
