@@ -33,6 +33,10 @@ _QUERY_PLAIN: Final = bytes(sorted(_PATH_PLAIN_SET | frozenset(b"?%")))
 _REFUSED: Final = frozenset(range(0x20)) | {0x7F, ord("\\")}
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 _DOT_SEGMENTS: Final = (b".", b"..")
+# (raw path, query) pairs seen to be canonical already: most traffic repeats a few targets, and
+# a look-up is a third of the check. Bounded: emptied when full.
+_KNOWN: dict[tuple[bytes, bytes], None] = {}
+_KNOWN_SIZE: Final = 4096
 
 
 class BadPath(ValueError):
@@ -111,6 +115,8 @@ def canonicalize(scope: Scope) -> Scope:
     when it already was). Raises ``BadPath``."""
     raw: bytes | None = scope.get("raw_path")
     query: bytes = scope["query_string"]
+    if (raw, query) in _KNOWN:
+        return scope
     # The common case, checked inline as it runs on every request (``find`` is cheaper than
     # ``in`` for bytes here).
     if (
@@ -122,6 +128,9 @@ def canonicalize(scope: Scope) -> Scope:
         and (not query or not query.translate(None, _QUERY_PLAIN))
         and len(scope["path"]) == len(raw)  # no "%": the server's decoding changed nothing
     ):
+        if len(_KNOWN) >= _KNOWN_SIZE:
+            _KNOWN.clear()
+        _KNOWN[raw, query] = None
         return scope
     if raw is None:  # optional in ASGI: rebuild it from the decoded path
         raw = quote(scope["path"], safe=_PATH_PLAIN.decode("ascii")).encode("ascii")
