@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import quote, unquote
 
-from gateway.http.status import send_status
+from gateway.asgi.refusal import RequestRefused, send_refusal
 from gateway.http.types import Scope, Send
 
 _ALNUM: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -39,8 +39,10 @@ _KNOWN: dict[tuple[bytes, bytes], None] = {}
 _KNOWN_SIZE: Final = 4096
 
 
-class BadPath(ValueError):
-    """The request path is refused (HTTP 400); the message says why."""
+class BadPath(RequestRefused):
+    """The request target is refused (HTTP 400); the message says why."""
+
+    prefix = "invalid request path: "
 
 
 def canonical_path(raw: bytes) -> tuple[str, bytes]:
@@ -143,6 +145,6 @@ def canonicalize(scope: Scope) -> Scope:
 
 async def refuse_path(kind: str, send: Send, exc: BadPath) -> None:
     if kind == "http":
-        await send_status(send, 400, f"invalid request path: {exc}", reason="BadRequest")
+        await send_refusal(send, exc)
     else:
         await send({"type": "websocket.close", "code": 1008})
