@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
+from gateway.asgi.canonical import BadPath, canonicalize, refuse_path
 from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
@@ -135,6 +136,7 @@ class Gateway:
                 identity_headers=(*rh.username_headers, *rh.group_headers),
                 identity_prefixes=rh.extra_header_prefixes,
                 forward_identity=p.forward_identity,
+                impersonation=p.impersonation,
             ),
             observe=self.metrics.observe_upstream,
         )
@@ -142,8 +144,9 @@ class Gateway:
         # any route look-up when no route asks for OpenWhisk's.
         self.error_format = self.proxy.error_format if self.proxy.has_openwhisk_routes else None
         self.endpoints = LocalEndpoints(
-            self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups
-        )
+            self.proxy, registry=self.registry, debug_groups=settings.debug_allowed_groups,
+            metrics_groups=settings.metrics_allowed_groups,
+        )  # fmt: skip
         self.admission: ASGIApp = self._build_admission(loaded)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         self.on_startup = on_startup or []
@@ -270,6 +273,7 @@ class Gateway:
         self.describer.authenticator = authenticator
         self.describer.parser = parser
         self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
+        self.endpoints.metrics_groups = frozenset(new.metrics_allowed_groups)
         if isinstance(self.admission, MaxInFlightMiddleware):
             self.admission.limits = {
                 "readOnly": new.max_requests_inflight,
@@ -299,8 +303,14 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The probes' check is inlined here: one coroutine layer less on every request.
         kind = scope["type"]
-        if kind == "http":
-            if scope["path"] in HealthEndpoints.PATHS:
+        if kind in ("http", "websocket"):
+            # Everything below (probes, admission, the proxy) reads this one canonical path.
+            try:
+                scope = canonicalize(scope)
+            except BadPath as exc:
+                await refuse_path(kind, send, exc)
+                return
+            if kind == "http" and scope["path"] in HealthEndpoints.PATHS:
                 await self.health(scope, receive, send)
                 return
         elif kind == "lifespan":

@@ -17,14 +17,19 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from gateway.asgi.credentials import OpenWhiskKey, with_authenticated
+from gateway.asgi.refusal import RequestRefused
 from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
 from gateway.http.types import Scope
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-class Unauthorized(Exception):
+class Unauthorized(RequestRefused):
     """Credentials were presented and are not valid (HTTP 401)."""
+
+    code = 401
+    reason = "Unauthorized"
+    prefix = "Unauthorized: "
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from typing import Final
 from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.digest import RequestDigest
-from gateway.http.status import send_status
-from gateway.http.types import Scope, Send
+from gateway.http.types import Scope
 
 DIGEST_KEY: Final = "gateway.digest"
 # True for every long-running request, watches included (the proxy gives them their own pool).
@@ -43,7 +42,8 @@ class RequestDescriber:
         self._cache = {}
 
     def describe(self, scope: Scope) -> tuple[RequestDigest, bool]:
-        """The digest and whether the request is long-running. Raises ``Unauthorized``."""
+        """The digest and whether the request is long-running. Raises ``RequestRefused``
+        (``Unauthorized``, ``RequestInfoError``)."""
         user = self.authenticator.authenticate(scope)
         method = scope.get("method", "GET")  # websocket handshakes are GETs
         key = (user, method, scope["path"], scope["query_string"])
@@ -56,7 +56,3 @@ class RequestDescriber:
             self._cache = {}
         self._cache[key] = found
         return found
-
-
-async def send_unauthorized(send: Send, message: str) -> None:
-    await send_status(send, 401, f"Unauthorized: {message}", reason="Unauthorized")

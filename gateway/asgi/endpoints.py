@@ -1,7 +1,8 @@
 """Paths the gateway answers itself behind admission: ``/metrics`` and the APF debug dumps.
 
 They sit inside flow control, as in kube-apiserver, so a scrape is classified like any other
-non-resource request. The dumps are for users in the configured groups only (403 otherwise).
+non-resource request. The dumps are for users in the configured groups only (403 otherwise);
+``/metrics`` too when ``metricsAllowedGroups`` is set, and open to every client when it is empty.
 """
 
 from __future__ import annotations
@@ -35,16 +36,21 @@ class LocalEndpoints:
         registry: CollectorRegistry,
         dumps: DebugDumps | None = None,
         debug_groups: tuple[str, ...] = ("system:masters",),
+        metrics_groups: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.registry = registry
         self.dumps = dumps or {}
         self.debug_groups = frozenset(debug_groups)
+        self.metrics_groups = frozenset(metrics_groups)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
             if path == "/metrics":
+                groups = self.metrics_groups
+                if groups and not await self._allowed(scope, send, groups):
+                    return
                 # Read the core's state on the loop (it is single-threaded), then format the
                 # text in a worker thread: formatting is most of a scrape's cost and would
                 # otherwise stall every request in flight.
@@ -60,15 +66,21 @@ class LocalEndpoints:
                 return
         await self.app(scope, receive, send)
 
-    async def _debug(self, scope: Scope, send: Send, name: str) -> None:
+    async def _allowed(self, scope: Scope, send: Send, groups: frozenset[str]) -> bool:
+        """True for a user in one of ``groups``; otherwise answers 403."""
         digest: RequestDigest | None = scope.get(DIGEST_KEY)
         user = digest.user if digest is not None else None
-        if user is None or self.debug_groups.isdisjoint(user.groups):
-            who = user.name if user is not None else "unknown user"
-            await send_status(
-                send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"',
-                headers=scope.get(RESPONSE_HEADERS_KEY),
-            )  # fmt: skip
+        if user is not None and not groups.isdisjoint(user.groups):
+            return True
+        who = user.name if user is not None else "unknown user"
+        await send_status(
+            send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"',
+            headers=scope.get(RESPONSE_HEADERS_KEY),
+        )  # fmt: skip
+        return False
+
+    async def _debug(self, scope: Scope, send: Send, name: str) -> None:
+        if not await self._allowed(scope, send, self.debug_groups):
             return
         render = self.dumps.get(name)
         if render is None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from gateway.asgi.describe import send_unauthorized as send_kubernetes_unauthorized
+from gateway.asgi.authn import Unauthorized
+from gateway.asgi.refusal import RequestRefused, send_refusal
 from gateway.http.status import JSON_CONTENT_TYPE, send_bytes
 from gateway.http.types import Scope, Send
 from gateway.platform.errors import (
@@ -48,15 +49,18 @@ async def send_openwhisk_error(
     await send_bytes(send, code, error_body(message), JSON_CONTENT_TYPE, headers)
 
 
-async def send_unauthorized(
-    scope: Scope, send: Send, message: str, error_format: PathFormat | None
+async def send_refused(
+    scope: Scope, send: Send, exc: RequestRefused, error_format: PathFormat | None
 ) -> None:
-    """401 in the path's shape; OpenWhisk tells "missing" from "wrong" as its controller does."""
+    """A refusal before admission in the path's shape; OpenWhisk tells a missing key from a
+    wrong one as its controller does."""
     if not is_openwhisk(error_format, scope):
-        await send_kubernetes_unauthorized(send, message)
-        return
-    presented = any(name == b"authorization" for name, _ in scope["headers"])
-    await send_openwhisk_error(send, 401, UNAUTHENTICATED if presented else NO_CREDENTIALS)
+        await send_refusal(send, exc)
+    elif isinstance(exc, Unauthorized):
+        presented = any(name == b"authorization" for name, _ in scope["headers"])
+        await send_openwhisk_error(send, 401, UNAUTHENTICATED if presented else NO_CREDENTIALS)
+    else:
+        await send_openwhisk_error(send, exc.code, exc.prefix + str(exc))
 
 
 def throttled_message(in_flight: int, allowed: int, *, shutting_down: bool = False) -> str:

@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Final
 
-from gateway.asgi.authn import RequestAuthenticator, Unauthorized
+from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.describe import (
     DIGEST_KEY,
     LONG_RUNNING_KEY,
@@ -29,9 +29,10 @@ from gateway.asgi.errorformat import (
     PathFormat,
     is_openwhisk,
     send_openwhisk_too_many,
-    send_unauthorized,
+    send_refused,
     throttled_message,
 )
+from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
@@ -192,8 +193,8 @@ class FlowControlMiddleware:
         ``_general``."""
         try:
             digest, long_running = self.describer.describe(scope)
-        except Unauthorized:
-            return None  # _general answers 401
+        except RequestRefused:
+            return None  # _general answers it
         if long_running:
             return None
         controller = self._controller or self.controller
@@ -220,9 +221,9 @@ class FlowControlMiddleware:
         if described is None:
             try:
                 digest, long_running = self.describer.describe(scope)
-            except Unauthorized as exc:
+            except RequestRefused as exc:
                 if kind == "http":
-                    await send_unauthorized(scope, send, str(exc), self.error_format)
+                    await send_refused(scope, send, exc, self.error_format)
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.asgi.authn import Unauthorized
 from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
     is_openwhisk,
     send_openwhisk_too_many,
-    send_unauthorized,
+    send_refused,
     throttled_message,
 )
+from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.metrics.watermark import Watermark
@@ -57,8 +57,8 @@ class MaxInFlightMiddleware:
             return
         try:
             digest, long_running = self.describer.describe(scope)
-        except Unauthorized as exc:
-            await send_unauthorized(scope, send, str(exc), self.error_format)
+        except RequestRefused as exc:
+            await send_refused(scope, send, exc, self.error_format)
             return
         scope[DIGEST_KEY] = digest
         if long_running:

@@ -1,22 +1,29 @@
 """What a request asks for: Kubernetes ``RequestInfo`` from path, method and query.
 
-Follows ``k8s.io/apiserver/pkg/endpoints/request/requestinfo.go``: ``/api/{version}/...`` and
-``/apis/{group}/{version}/...`` are resource requests, ``/watch/`` and ``/proxy/`` prefixes set
-the verb, ``namespaces/{ns}/{resource}`` sets the namespace, GET without a name is list or
-watch, DELETE without a name is deletecollection. Route templates (``/v2/{namespace}/items/{name}``)
-describe non-Kubernetes APIs and are tried first; anything else is a non-resource request.
+Follows ``k8s.io/apiserver/pkg/endpoints/request/requestinfo.go``: the path is split on ``/``
+after trimming slashes at both ends (inner empty segments count, as there);
+``/api/{version}/...`` and ``/apis/{group}/{version}/...`` are resource requests, ``/watch/``
+and ``/proxy/`` prefixes set the verb (and nothing after them is an error),
+``namespaces/{ns}/{resource}`` sets the namespace, GET without a name is list or watch (with a
+name from ``fieldSelector``; see ``listoptions``), DELETE without a name is deletecollection.
+Route templates (``/v2/{namespace}/items/{name}``) describe non-Kubernetes APIs and are tried
+first; anything else is a non-resource request. The front door hands this parser the canonical
+path (``gateway.asgi.canonical``), so ``//`` and dot segments never reach it there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
+from gateway.asgi.listoptions import Query, is_watch, parse_query, selected_name
+from gateway.asgi.refusal import RequestRefused
 from gateway.flowcontrol.digest import RequestInfo
 
 API_PREFIXES = frozenset({"api", "apis"})
 GROUPLESS_PREFIXES = frozenset({"api"})
 SPECIAL_VERBS = frozenset({"proxy", "watch"})
+# Special verbs whose paths have no subresource (everything after the name is proxied).
+NO_SUBRESOURCE_VERBS = frozenset({"proxy"})
 NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 METHOD_VERBS = {
     "POST": "create",
@@ -42,7 +49,14 @@ KEPT_QUERY = frozenset(
         "timeout",
     }
 )
-TRUE_VALUES = frozenset({"1", "true", "True"})
+
+
+class RequestInfoError(RequestRefused):
+    """kube-apiserver answers these paths with 500 before authenticating."""
+
+    code = 500
+    reason = "InternalError"
+    prefix = "failed to create RequestInfo: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +90,8 @@ class RouteTemplate:
         found: dict[str, str] = {}
         for seg, part in zip(segs, parts, strict=True):
             if seg.startswith("{") and seg.endswith("}"):
+                if not part:
+                    return None
                 found[seg[1:-1]] = part
             elif seg != part:
                 return None
@@ -87,9 +103,11 @@ class RequestInfoParser:
         self.templates = templates
 
     def parse(self, method: str, path: str, query_string: bytes) -> tuple[RequestInfo, bool]:
-        """The request info and whether the request is long-running (watch, proxy, exec, ...)."""
+        """The request info and whether the request is long-running (watch, proxy, exec, ...).
+        Raises ``RequestInfoError`` where kube-apiserver fails to build one."""
         # ASGI's ``path`` is already percent-decoded, as Go's ``URL.Path`` is.
-        parts = [p for p in path.split("/") if p]
+        trimmed = path.strip("/")
+        parts = trimmed.split("/") if trimmed else []
         for template in self.templates:
             found = template.match(parts)
             if found is not None:
@@ -109,23 +127,22 @@ class RequestInfoParser:
                 return RequestInfo(False, path, method.lower()), False
             group, rest = rest[0], rest[1:]
         version, rest = rest[0], rest[1:]
-        via_special = False
-        if rest and rest[0] in SPECIAL_VERBS:
+        if rest[0] in SPECIAL_VERBS:
             if len(rest) < 2:
-                return RequestInfo(False, path, method.lower()), False
-            verb, rest, via_special = rest[0], rest[1:], True
+                raise RequestInfoError(f"unable to determine kind and namespace from url {path!r}")
+            verb, rest = rest[0], rest[1:]
         else:
             verb = METHOD_VERBS.get(method, "")
         namespace = ""
-        if rest and rest[0] == "namespaces" and len(rest) > 1:
+        if rest[0] == "namespaces" and len(rest) > 1:
             namespace = rest[1]
             if len(rest) > 2 and rest[2] not in NAMESPACE_SUBRESOURCES:
                 rest = rest[2:]
-        resource = rest[0] if rest else ""
+        resource = rest[0]
         name = rest[1] if len(rest) >= 2 else ""
-        subresource = rest[2] if len(rest) >= 3 and verb != "proxy" else ""
-        query = _query(query_string)
-        verb, name = _refine_verb(verb, name, query, via_special)
+        subresource = rest[2] if len(rest) >= 3 and verb not in NO_SUBRESOURCE_VERBS else ""
+        query = parse_query(query_string, KEPT_QUERY)
+        verb, name = _refine_verb(verb, name, query)
         info = RequestInfo(
             True,
             path,
@@ -146,8 +163,8 @@ class RequestInfoParser:
         self, t: RouteTemplate, found: dict[str, str], method: str, path: str, query_string: bytes
     ) -> tuple[RequestInfo, bool]:
         name = found.get("name", "")
-        query = _query(query_string)
-        verb, name = _refine_verb(METHOD_VERBS.get(method, method.lower()), name, query, False)
+        query = parse_query(query_string, KEPT_QUERY)
+        verb, name = _refine_verb(METHOD_VERBS.get(method, method.lower()), name, query)
         info = RequestInfo(
             True,
             path,
@@ -163,31 +180,12 @@ class RequestInfoParser:
         return info, t.long_running or verb == "watch"
 
 
-def _refine_verb(
-    verb: str, name: str, query: tuple[tuple[str, str], ...], via_special: bool
-) -> tuple[str, str]:
-    if not name and verb == "get" and not via_special:
-        verb = "watch" if _value(query, "watch") in TRUE_VALUES else "list"
-    if verb in ("list", "watch") and not name:
-        selector = _value(query, "fieldSelector")
-        for term in selector.split(","):
-            key, _, value = term.partition("=")
-            if key.strip() == "metadata.name" and value and not value.startswith("="):
-                name = value.strip()
+def _refine_verb(verb: str, name: str, query: Query) -> tuple[str, str]:
+    """A nameless get is a list or a watch (maybe naming one object through ``fieldSelector``);
+    a nameless delete is a deletecollection. Verbs from a ``/watch/`` prefix stay as they are."""
+    if not name and verb == "get":
+        verb = "watch" if is_watch(query) else "list"
+        name = selected_name(query)
     if not name and verb == "delete":
         verb = "deletecollection"
     return verb, name
-
-
-def _query(query_string: bytes) -> tuple[tuple[str, str], ...]:
-    if not query_string:
-        return ()
-    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
-    return tuple((k, v) for k, v in pairs if k in KEPT_QUERY)
-
-
-def _value(query: tuple[tuple[str, str], ...], key: str) -> str:
-    for k, v in query:
-        if k == key:
-            return v
-    return ""

@@ -53,6 +53,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "groups allowed to read /debug/api_priority_and_fairness/* (default system:masters)",
     ),
     (
+        "--metrics-allowed-groups",
+        "metricsAllowedGroups",
+        "G1,G2",
+        "groups allowed to read /metrics (default: none given, open to every client)",
+    ),
+    (
         "--shutdown-grace-period",
         "shutdownGracePeriod",
         "DURATION",
@@ -149,6 +155,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "send X-Remote-User/-Group/-Extra-* upstream (default true)",
     ),
     (
+        "--impersonation",
+        "proxy.impersonation",
+        "reject|strip|forward",
+        "client Impersonate-* headers: refuse with 403 (default), drop, or pass upstream",
+    ),
+    (
         "--borrowing-adjustment-period",
         "borrowingAdjustmentPeriod",
         "DURATION",
@@ -222,6 +234,7 @@ INT_FLAGS = {
 }
 LIST_FLAGS = {
     "debugAllowedGroups",
+    "metricsAllowedGroups",
     "allowedCIDRs",
     "usernameHeaders",
     "groupHeaders",

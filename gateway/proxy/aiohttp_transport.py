@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import aiohttp
+from yarl import URL
 
 from gateway.proxy.transport import (
     SMALL_BODY,
@@ -96,7 +97,7 @@ class AiohttpUpstreamTransport:
         with _mapped():
             resp = await self._session(long_running).request(
                 method,
-                url,
+                URL(url, encoded=True),  # the canonical target as is: yarl would requote it
                 headers=str_headers,
                 data=body,
                 allow_redirects=False,

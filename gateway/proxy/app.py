@@ -23,7 +23,7 @@ from gateway.asgi.errorformat import (
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
-from gateway.proxy.headers import HeaderPolicy, response_headers
+from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
 from gateway.proxy.transport import (
     SMALL_BODY,
     Transport,
@@ -95,20 +95,29 @@ class ProxyApp:
                 headers=scope.get(RESPONSE_HEADERS_KEY),
             )  # fmt: skip
             return
+        # The front door made ``raw_path`` canonical (gateway.asgi.canonical): every transport
+        # sends exactly it, so the upstream serves the path that was classified.
         raw_path: bytes = scope.get("raw_path") or path.encode()
         if route.strip_prefix:
-            raw_path = raw_path[len(route.prefix.rstrip("/")) :] or b"/"
+            raw_path = _strip_prefix(raw_path, route.prefix.rstrip("/"))
         url = route.url + raw_path.decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         digest: RequestDigest | None = scope.get(DIGEST_KEY)
         client = scope.get("client")
-        headers = self.headers.request_headers(
-            scope["headers"],
-            client_host=client[0] if client else "",
-            scheme=scope["scheme"],
-            user=digest.user if digest is not None else None,
-        )
+        try:
+            headers = self.headers.request_headers(
+                scope["headers"],
+                client_host=client[0] if client else "",
+                scheme=scope["scheme"],
+                user=digest.user if digest is not None else None,
+            )
+        except ImpersonationRefused as exc:
+            await send_status(
+                send, 403, f"impersonation ({exc} header) is not accepted here "
+                "(proxy.impersonation: reject)", headers=scope.get(RESPONSE_HEADERS_KEY),
+            )  # fmt: skip
+            return
         body = await _request_body(scope, receive)
         long_running = bool(scope.get(LONG_RUNNING_KEY))
         started = time.perf_counter()
@@ -176,6 +185,15 @@ class ProxyApp:
         finally:
             watcher.remove_done_callback(on_disconnect)
             watcher.cancel()
+
+
+def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:
+    """``raw_path`` without the part that decodes to ``prefix`` (``%XX`` is one byte of it)."""
+    i = 0
+    for _ in range(len(prefix.encode("utf-8"))):
+        i += 3 if raw_path[i : i + 1] == b"%" else 1
+    rest = raw_path[i:]
+    return rest if rest.startswith(b"/") else b"/" + rest
 
 
 async def _request_body(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:

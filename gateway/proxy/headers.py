@@ -1,12 +1,19 @@
 """Header hygiene between client and upstream (RFC 9110 section 7.6.1, plus identity headers).
 
 Client-sent identity headers are always dropped: the router behind us trusts ``X-Remote-*`` from
-our address, so only the identity we authenticated may reach it.
+our address, so only the identity we authenticated may reach it. So are their underscore
+spellings (``X_Remote_User``): CGI, WSGI and several servers read ``-`` and ``_`` as the same
+character, so ``X_Remote_User`` would arrive as the identity header (nginx drops such headers by
+default for this reason). The same holds for every header the gateway drops or sets itself
+(hop-by-hop, ``Host``, ``X-Forwarded-*``). ``Impersonate-*`` headers ask the upstream to act as
+someone else; by default (``proxy.impersonation: reject``) such a request is refused with 403
+rather than forwarded or silently run as the caller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from gateway.flowcontrol.digest import UserInfo
 
@@ -32,6 +39,12 @@ REPLACED = frozenset({b"host", b"x-forwarded-proto", b"x-forwarded-host", b"expe
 FORWARD_USER = b"x-remote-user"
 FORWARD_GROUP = b"x-remote-group"
 FORWARD_EXTRA = b"x-remote-extra-"
+IMPERSONATE = b"impersonate-"  # Impersonate-User, -Group, -Uid, -Extra-*
+Impersonation = Literal["reject", "strip", "forward"]
+
+
+class ImpersonationRefused(Exception):
+    """The request carries ``Impersonate-*`` headers and the policy is ``reject`` (HTTP 403)."""
 
 
 class HeaderPolicy:
@@ -43,18 +56,23 @@ class HeaderPolicy:
         identity_headers: Iterable[str] = (),
         identity_prefixes: Iterable[str] = (),
         forward_identity: bool = True,
+        impersonation: Impersonation = "reject",
     ) -> None:
         self.drop_request = (
             HOP_BY_HOP
             | REPLACED
             | {FORWARD_USER, FORWARD_GROUP}
-            | {h.lower().encode("latin-1") for h in identity_headers}
+            | {_dashed(h.lower().encode("latin-1")) for h in identity_headers}
         )
         self.drop_prefixes = (
             FORWARD_EXTRA,
-            *(p.lower().encode("latin-1") for p in identity_prefixes),
+            *(_dashed(p.lower().encode("latin-1")) for p in identity_prefixes),
         )
+        # Underscore spellings are dropped when their dashed form is dropped or set by us.
+        self.drop_dashed = self.drop_request | {b"x-forwarded-for"}
+        self.check_prefixes = (*self.drop_prefixes, IMPERSONATE)
         self.forward_identity = forward_identity
+        self.impersonation = impersonation
 
     def request_headers(
         self,
@@ -64,9 +82,11 @@ class HeaderPolicy:
         scheme: str,
         user: UserInfo | None,
     ) -> Headers:
+        """The headers to send upstream. Raises ``ImpersonationRefused``."""
         out: Headers = []
         drop = self.drop_request
         prefixes = self.drop_prefixes
+        check = self.check_prefixes
         connection_tokens: frozenset[bytes] = frozenset()
         forwarded_for = b""
         host = b""
@@ -80,8 +100,15 @@ class HeaderPolicy:
             if name == b"x-forwarded-for":
                 forwarded_for = value if not forwarded_for else forwarded_for + b", " + value
                 continue
-            if name.startswith(prefixes):
-                continue
+            # 0x5F is "_": an int membership test is ten times cheaper than b"_" in name.
+            if 0x5F in name or name.startswith(check):
+                dashed = _dashed(name)
+                if dashed in self.drop_dashed or dashed.startswith(prefixes):
+                    continue
+                if dashed.startswith(IMPERSONATE) and self.impersonation != "forward":
+                    if self.impersonation == "reject":
+                        raise ImpersonationRefused(name.decode("latin-1"))
+                    continue
             out.append((name, value))
         if connection_tokens:
             out = [(n, v) for n, v in out if n not in connection_tokens]
@@ -109,6 +136,10 @@ def response_headers(headers: Headers) -> Headers:
         if name == b"connection":
             tokens = _tokens(value)
     return [(n, v) for n, v in headers if n not in HOP_BY_HOP and n not in tokens]
+
+
+def _dashed(name: bytes) -> bytes:
+    return name.replace(b"_", b"-")
 
 
 def _tokens(value: bytes) -> frozenset[bytes]:

@@ -108,7 +108,42 @@ class HttpxUpstreamTransport:
 
 class HttpxAiohttpUpstreamTransport(HttpxUpstreamTransport):
     def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        from httpx_aiohttp import AiohttpTransport
+        return _exact_target_transport(limits)
 
-        transport: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits, trust_env=False)
-        return transport
+
+def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """httpx-aiohttp hands aiohttp ``str(request.url)``, which yarl requotes (``%3A`` becomes
+    ``:``, ``%2F`` in a query ``/``); this one sends the canonical target unchanged."""
+    from aiohttp import ClientSession, ClientTimeout
+    from httpx_aiohttp import AiohttpTransport
+    from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
+    from yarl import URL
+
+    class ExactTargetTransport(AiohttpTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if not isinstance(self.client, ClientSession):
+                self.client = self.get_client()
+            timeout = request.extensions.get("timeout", {})
+            with map_aiohttp_exceptions():
+                data: object
+                try:
+                    data = request.content or None
+                except httpx.RequestNotRead:
+                    data = request.stream
+                    request.headers.pop("transfer-encoding", None)  # aiohttp frames it
+                response = await self.client.request(
+                    request.method, URL(str(request.url), encoded=True),
+                    headers=request.headers, data=data, allow_redirects=False,
+                    auto_decompress=False, compress=False,
+                    timeout=ClientTimeout(
+                        sock_connect=timeout.get("connect"), sock_read=timeout.get("read"),
+                        connect=timeout.get("pool"),
+                    ),
+                ).__aenter__()  # fmt: skip
+            return httpx.Response(
+                status_code=response.status, headers=response.raw_headers,
+                stream=AiohttpResponseStream(response), request=request,
+                extensions={"http_version": b"HTTP/1.1"},
+            )  # fmt: skip
+
+    return ExactTargetTransport(limits=limits, trust_env=False)

@@ -63,6 +63,8 @@ class ProxySettings:
     pool_timeout: float = 5.0
     keepalive_expiry: float = 15.0
     forward_identity: bool = True
+    # Client-sent Impersonate-* headers: refuse the request (403), drop them, or pass them on.
+    impersonation: Literal["reject", "strip", "forward"] = "reject"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,8 @@ class GatewaySettings:
     # "text": kube-apiserver's plain body; "status": a Status JSON naming level and reason.
     too_many_requests_body: Literal["text", "status"] = "text"
     debug_allowed_groups: tuple[str, ...] = ("system:masters",)
+    # Empty: /metrics is open to every client, anonymous ones included (what scrapers expect).
+    metrics_allowed_groups: tuple[str, ...] = ()
     shutdown_grace_period: float = 30.0
     config_poll_interval: float = 2.0
     authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)
