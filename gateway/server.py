@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
-from gateway.asgi.canonical import BadPath, canonicalize, refuse_path
+from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
+from gateway.asgi.errorformat import send_refused
 from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
@@ -308,7 +309,10 @@ class Gateway:
             try:
                 scope = canonicalize(scope)
             except BadPath as exc:
-                await refuse_path(kind, send, exc)
+                if kind == "http":
+                    await send_refused(scope, send, exc, self.error_format)
+                else:
+                    await send({"type": "websocket.close", "code": 1008})
                 return
             if kind == "http" and scope["path"] in HealthEndpoints.PATHS:
                 await self.health(scope, receive, send)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import quote, unquote
 
-from gateway.asgi.refusal import RequestRefused, send_refusal
-from gateway.http.types import Scope, Send
+from gateway.asgi.refusal import RequestRefused
+from gateway.http.types import Scope
 
 _ALNUM: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 UNRESERVED: Final = frozenset(_ALNUM + b"-._~")
@@ -141,10 +141,3 @@ def canonicalize(scope: Scope) -> Scope:
     if canonical is raw and fixed_query is query and path == scope["path"]:
         return scope
     return {**scope, "path": path, "raw_path": canonical, "query_string": fixed_query}
-
-
-async def refuse_path(kind: str, send: Send, exc: BadPath) -> None:
-    if kind == "http":
-        await send_refusal(send, exc)
-    else:
-        await send({"type": "websocket.close", "code": 1008})

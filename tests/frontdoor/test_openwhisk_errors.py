@@ -94,6 +94,14 @@ def test_unauthorized_in_the_routes_shape(gw: ServerThread) -> None:
     assert httpx.get(gw.url + "/reject/echo", headers=GOOD).status_code == 200
 
 
+def test_refused_paths_in_the_routes_shape(gw: ServerThread) -> None:
+    """A path the canonical check refuses (an encoded slash) is a 400 in the route's shape."""
+    message = openwhisk_error(httpx.get(gw.url + "/reject/a%2Fb", headers=GOOD), 400)
+    assert message.startswith("invalid request path: ")
+    doc = kubernetes_status(httpx.get(gw.url + "/a%2Fb", headers=GOOD), 400)
+    assert doc["reason"] == "BadRequest"
+
+
 def test_apf_rejection_and_drain_in_openwhisk_shape(
     gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
 ) -> None:
