@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import aiohttp
 
@@ -35,22 +36,43 @@ def _mapped() -> Iterator[None]:
         raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
 
 
+class CheckedConnector(aiohttp.TCPConnector):
+    """aiohttp's pool hands out an idle connection that received bytes while idle (a response
+    the upstream should never have sent), and the next request then reads those bytes as its
+    response. Such a connection has ``should_close`` set (unread data, a started payload): close
+    it and take another. ``_get`` is aiohttp's one place where a pooled connection is chosen."""
+
+    async def _get(self, key: Any, traces: list[Any]) -> Any:
+        while True:
+            conn = await super()._get(key, traces)
+            if conn is None or conn.protocol is None or not conn.protocol.should_close:
+                return conn
+            conn.close()
+
+
 class AiohttpResponse:
-    __slots__ = ("_resp", "body", "headers", "status")
+    __slots__ = ("_done", "_resp", "body", "headers", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse, body: bytes | None) -> None:
         self._resp = resp
         self.status = resp.status
         self.headers: Headers = [(k.lower(), v) for k, v in resp.raw_headers]
         self.body = body
+        self._done = body is not None
 
     async def stream(self) -> AsyncIterator[bytes]:
         with _mapped():
             async for chunk in self._resp.content.iter_any():
                 yield chunk
+        self._done = True
 
     async def aclose(self) -> None:
-        self._resp.release()
+        # Only a response read to its end may give its connection back (aiohttp also keeps
+        # one whose request body failed or that got bytes after the response out of the pool).
+        if self._done:
+            self._resp.release()
+        else:
+            self._resp.close()
 
 
 class AiohttpUpstreamTransport:
@@ -67,7 +89,7 @@ class AiohttpUpstreamTransport:
     def _session(self, long_running: bool) -> aiohttp.ClientSession:
         session = self._sessions.get(long_running)
         if session is None:
-            connector = aiohttp.TCPConnector(
+            connector = CheckedConnector(
                 limit=0 if long_running else self._limits.max_connections,
                 limit_per_host=0,
                 keepalive_timeout=self._limits.keepalive_expiry,
