@@ -8,6 +8,7 @@ each connection, so these tests prove that no smuggled request reached it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Iterator
@@ -237,3 +238,53 @@ def test_an_upstream_failing_mid_response_is_one_line_and_a_closed_connection(
     assert len(messages) == 1, messages
     assert "failed mid-response" in messages[0] and up.url in messages[0]
     assert all(r.exc_info is None for r in lines.lines)
+
+
+def _sysctl_max(name: str) -> int:
+    with open(f"/proc/sys/net/ipv4/{name}") as f:
+        return int(f.read().split()[2])
+
+
+def test_an_upload_to_an_upstream_that_reads_nothing_is_held_by_back_pressure(
+    transport: str,
+) -> None:
+    """The client can push only what the sockets on the way and the proxy's fixed buffers hold;
+    without back-pressure it pushes the whole body into the gateway's memory. The client's send
+    timeout only ends the test: a stalled client is the expected outcome, not a timing guess."""
+    small = 64 * 1024
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, small)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port}"}], "enablePriorityAndFairness": False,
+        "proxy": {"transport": transport, "readTimeout": "30s"},
+    })  # fmt: skip
+    # Everything the way to the upstream can hold: the gateway's two sockets (autotuned up to
+    # the kernel maximum), the two small ones set here (the kernel doubles what is asked),
+    # and the proxy's own bound (server buffer + one message + the transport's write buffer).
+    bound = _sysctl_max("tcp_rmem") + _sysctl_max("tcp_wmem") + 4 * small + 1024 * 1024
+    total = 3 * bound
+    sent = 0
+    try:
+        with socket.create_connection(("127.0.0.1", gw.port)) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, small)
+            s.sendall(b"POST /upload HTTP/1.1\r\nhost: gw\r\ncontent-length: %d\r\n\r\n" % total)
+            listener.settimeout(10)
+            conn, _ = listener.accept()
+            held.append(conn)  # accepted, never read
+            # The request must stay alive meanwhile: once answered, the rest of its body would
+            # be read and discarded by the server, and the count here would mean nothing.
+            s.settimeout(2)
+            chunk = b"u" * small
+            with contextlib.suppress(TimeoutError):
+                while sent < total:
+                    sent += s.send(chunk)
+    finally:
+        for c in held:  # the upstream hangs up, which ends the request at once
+            c.close()
+        gw.stop()
+        listener.close()
+    assert sent < bound, f"client pushed {sent} bytes into a gateway whose upstream read none"
