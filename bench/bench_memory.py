@@ -128,13 +128,7 @@ async def run_case(case: Case, args: argparse.Namespace) -> None:
     server = await asyncio.start_server(up.handle, "127.0.0.1", 0)
     up_port = server.sockets[0].getsockname()[1]
     port = free_port()
-    env = dict(os.environ)
-    if args.pythonpath:
-        env["PYTHONPATH"] = args.pythonpath
-    cmd = [sys.executable, "-m", "gateway.cli.main", "serve", "--listen", f"127.0.0.1:{port}",
-           "--upstream", f"http://127.0.0.1:{up_port}", "--proxy-transport", args.transport]  # fmt: skip
-    cmd = [c for c in cmd if c]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = spawn_gateway(args, port, up_port)
     try:
         await wait_ready(port, proc)
         case.idle_kib = status_kib(proc.pid, "VmRSS")
@@ -165,6 +159,22 @@ async def run_case(case: Case, args: argparse.Namespace) -> None:
             proc.kill()
             proc.wait()
         server.close()
+
+
+def spawn_gateway(args: argparse.Namespace, port: int, up_port: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if args.pythonpath:
+        env["PYTHONPATH"] = args.pythonpath
+    cmd = [
+        sys.executable, "-m", "gateway.cli.main", "serve",
+        "--listen", f"127.0.0.1:{port}", "--upstream", f"http://127.0.0.1:{up_port}",
+        "--proxy-transport", args.transport,
+    ]  # fmt: skip
+    # ``-m`` puts the working directory first on sys.path: run from the tree measured.
+    return subprocess.Popen(
+        cmd, env=env, cwd=args.pythonpath or None,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
 
 
 async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -26,7 +26,7 @@ from gateway.proxy.transport import (
 )
 
 # Body chunks buffered before the connection stops reading (back-pressure on the upstream).
-HIGH_WATER = 256 * 1024
+HIGH_WATER = 64 * 1024
 
 
 class _Unexpected(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -288,3 +289,42 @@ def test_an_upload_to_an_upstream_that_reads_nothing_is_held_by_back_pressure(
         gw.stop()
         listener.close()
     assert sent < bound, f"client pushed {sent} bytes into a gateway whose upstream read none"
+
+
+@pytest.mark.parametrize("transport", ["h1", "aiohttp", "httpx"])
+def test_an_upstream_that_reads_none_of_the_body_times_out(transport: str) -> None:
+    """Back-pressure must not turn into an endless wait: readTimeout also bounds how long the
+    upstream may leave the request body unread (httpx-aiohttp has no such timeout)."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port}"}], "enablePriorityAndFairness": False,
+        "proxy": {"transport": transport, "readTimeout": "500ms"},
+    })  # fmt: skip
+    size = _sysctl_max("tcp_wmem") + 8 * 1024 * 1024  # more than the way to the upstream holds
+    held: list[socket.socket] = []
+    try:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nhost: gw\r\ncontent-length: %d\r\n\r\n" % size)
+            listener.settimeout(10)
+            held.append(listener.accept()[0])  # never read
+            sender = threading.Thread(target=_send_quietly, args=(s, size), daemon=True)
+            sender.start()
+            head, body, _ = read_response(s)
+    finally:
+        for c in held:
+            c.close()
+        gw.stop()
+        listener.close()
+    assert head.startswith(b"HTTP/1.1 504"), head
+    assert b"read none of the request" in body or b"timed out" in body.lower(), body
+
+
+def _send_quietly(s: socket.socket, size: int) -> None:
+    chunk = b"u" * 65536
+    with contextlib.suppress(OSError):
+        for _ in range(size // len(chunk)):
+            s.sendall(chunk)
