@@ -131,7 +131,8 @@ class Conn(asyncio.Protocol):
         self.expecting = False
         self.keep_alive = self.parser.should_keep_alive()
         self._wake()
-        self._wake_writer()  # an early, complete answer: the rest of the body is not needed
+        if self.drain_waiter is not None:
+            self._wake_writer()  # an early, complete answer: the rest of the body is not needed
 
     # helpers ---------------------------------------------------------------------------
     def _ends_at_eof(self) -> bool:
