@@ -328,3 +328,51 @@ def _send_quietly(s: socket.socket, size: int) -> None:
     with contextlib.suppress(OSError):
         for _ in range(size // len(chunk)):
             s.sendall(chunk)
+
+
+def test_a_download_to_a_client_that_reads_nothing_is_held_by_back_pressure(
+    transport: str,
+) -> None:
+    """The mirror image: the upstream can push only what the sockets and the proxy's fixed
+    buffers hold while the client reads nothing."""
+    small = 64 * 1024
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    pushed: list[int] = []
+    conns: list[socket.socket] = []
+    bound = _sysctl_max("tcp_rmem") + _sysctl_max("tcp_wmem") + 4 * small + 1024 * 1024
+    total = 3 * bound
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conns.append(conn)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, small)
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
+        conn.settimeout(2)  # ends the test once the upstream is stalled
+        sent = 0
+        with contextlib.suppress(OSError):
+            while sent < total:
+                sent += conn.send(b"d" * small)
+        pushed.append(sent)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    gw = start_gateway({
+        "upstreams": [{"url": f"http://127.0.0.1:{port}"}], "enablePriorityAndFairness": False,
+        "proxy": {"transport": transport, "readTimeout": "30s"},
+    })  # fmt: skip
+    try:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, small)
+            s.connect(("127.0.0.1", gw.port))
+            s.sendall(b"GET /download HTTP/1.1\r\nhost: gw\r\n\r\n")
+            server.join(60)
+    finally:
+        for c in conns:
+            c.close()
+        gw.stop()
+        listener.close()
+    assert pushed and pushed[0] < bound, f"upstream pushed {pushed} bytes to a client reading none"
