@@ -246,12 +246,14 @@ def _sysctl_max(name: str) -> int:
         return int(f.read().split()[2])
 
 
+@pytest.mark.parametrize("server", ["zttp", "httptools"])
 def test_an_upload_to_an_upstream_that_reads_nothing_is_held_by_back_pressure(
-    transport: str,
+    transport: str, server: str
 ) -> None:
     """The client can push only what the sockets on the way and the proxy's fixed buffers hold;
     without back-pressure it pushes the whole body into the gateway's memory. The client's send
-    timeout only ends the test: a stalled client is the expected outcome, not a timing guess."""
+    timeout only ends the test: a stalled client is the expected outcome, not a timing guess.
+    Both HTTP implementations of the server must stop reading the client meanwhile."""
     small = 64 * 1024
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, small)
@@ -261,7 +263,7 @@ def test_an_upload_to_an_upstream_that_reads_nothing_is_held_by_back_pressure(
     held: list[socket.socket] = []
     gw = start_gateway({
         "upstreams": [{"url": f"http://127.0.0.1:{port}"}], "enablePriorityAndFairness": False,
-        "proxy": {"transport": transport, "readTimeout": "30s"},
+        "proxy": {"transport": transport, "readTimeout": "30s"}, "httpImplementation": server,
     })  # fmt: skip
     # Everything the way to the upstream can hold: the gateway's two sockets (autotuned up to
     # the kernel maximum), the two small ones set here (the kernel doubles what is asked),
