@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -36,22 +39,104 @@ def _mapped() -> Iterator[None]:
         raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
 
 
+class CheckedConnector(aiohttp.TCPConnector):
+    """aiohttp's pool hands out an idle connection that received bytes while idle (a response
+    the upstream should never have sent), and the next request then reads those bytes as its
+    response. Such a connection has ``should_close`` set (unread data, a started payload): close
+    it and take another. ``_get`` is aiohttp's one place where a pooled connection is chosen."""
+
+    async def _get(self, key: Any, traces: list[Any]) -> Any:
+        while True:
+            conn = await super()._get(key, traces)
+            if conn is None or conn.protocol is None or not conn.protocol.should_close:
+                return conn
+            conn.close()
+
+
+class _Paced:
+    """A request body that tells whether the upstream is taking it: ``since`` is when the
+    writer last got a chunk, ``pulling`` is set while it waits on the client instead."""
+
+    __slots__ = ("_body", "done", "pulling", "since")
+
+    def __init__(self, body: AsyncIterator[bytes]) -> None:
+        self._body = body
+        self.since = time.monotonic()
+        self.pulling = False
+        self.done = False
+
+    def __aiter__(self) -> _Paced:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self.pulling = True
+        try:
+            return await anext(self._body)
+        except StopAsyncIteration:
+            self.done = True
+            raise
+        finally:
+            self.pulling = False
+            self.since = time.monotonic()
+
+
+async def _stall_guarded(
+    request: Awaitable[aiohttp.ClientResponse], paced: _Paced, limit: float
+) -> aiohttp.ClientResponse:
+    """Await the response, failing with ``UpstreamTimeout`` if the body writer holds a chunk
+    the upstream does not take for ``limit`` seconds."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    stalled = False
+    handle: asyncio.TimerHandle | None = None
+
+    def check() -> None:
+        nonlocal stalled, handle
+        idle = 0.0 if paced.pulling else time.monotonic() - paced.since
+        if paced.done:
+            return
+        if idle >= limit:
+            stalled = True
+            task.cancel()
+            return
+        handle = loop.call_later(limit - idle, check)
+
+    handle = loop.call_later(limit, check)
+    try:
+        return await request
+    except asyncio.CancelledError:
+        if not stalled:
+            raise
+        task.uncancel()
+        raise UpstreamTimeout(f"upstream read none of the request for {limit:g}s") from None
+    finally:
+        handle.cancel()
+
+
 class AiohttpResponse:
-    __slots__ = ("_resp", "body", "headers", "status")
+    __slots__ = ("_done", "_resp", "body", "headers", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse, body: bytes | None) -> None:
         self._resp = resp
         self.status = resp.status
         self.headers: Headers = [(k.lower(), v) for k, v in resp.raw_headers]
         self.body = body
+        self._done = body is not None
 
     async def stream(self) -> AsyncIterator[bytes]:
         with _mapped():
             async for chunk in self._resp.content.iter_any():
                 yield chunk
+        self._done = True
 
     async def aclose(self) -> None:
-        self._resp.release()
+        # Only a response read to its end may give its connection back (aiohttp also keeps
+        # one whose request body failed or that got bytes after the response out of the pool).
+        if self._done:
+            self._resp.release()
+        else:
+            self._resp.close()
 
 
 class AiohttpUpstreamTransport:
@@ -63,12 +148,15 @@ class AiohttpUpstreamTransport:
             sock_read=timeouts.read,
         )
         self._limits = limits
+        # aiohttp starts its read timer only once the body is written, so an upstream that
+        # reads none of it would hold the request forever: bound that wait ourselves.
+        self._write_timeout = timeouts.read
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
     def _session(self, long_running: bool) -> aiohttp.ClientSession:
         session = self._sessions.get(long_running)
         if session is None:
-            connector = aiohttp.TCPConnector(
+            connector = CheckedConnector(
                 limit=0 if long_running else self._limits.max_connections,
                 limit_per_host=0,
                 keepalive_timeout=self._limits.keepalive_expiry,
@@ -94,8 +182,12 @@ class AiohttpUpstreamTransport:
         long_running: bool = False,
     ) -> AiohttpResponse:
         str_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+        limit = self._write_timeout
+        paced = None
+        if limit is not None and body is not None and not isinstance(body, bytes):
+            body = paced = _Paced(body)
         with _mapped():
-            resp = await self._session(long_running).request(
+            request = self._session(long_running).request(
                 method,
                 URL(url, encoded=True),  # the canonical target as is: yarl would requote it
                 headers=str_headers,
@@ -103,6 +195,10 @@ class AiohttpUpstreamTransport:
                 allow_redirects=False,
                 compress=None,
             )
+            if paced is None or limit is None:
+                resp = await request
+            else:
+                resp = await _stall_guarded(request, paced, limit)
             try:
                 length = resp.content_length
                 if not long_running and length is not None and length <= SMALL_BODY:

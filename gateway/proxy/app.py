@@ -8,8 +8,10 @@ front-door middleware stored in ``scope["gateway.digest"]``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS_KEY
@@ -23,6 +25,7 @@ from gateway.asgi.errorformat import (
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
+from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
 from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
 from gateway.proxy.transport import (
     SMALL_BODY,
@@ -31,6 +34,28 @@ from gateway.proxy.transport import (
     UpstreamResponse,
     UpstreamTimeout,
 )
+
+log = logging.getLogger("gateway.proxy")
+
+# Set in the request's task when the proxy leaves a response unfinished on purpose (the
+# upstream failed mid-body): the server then closes the client connection, and its own
+# "returned without completing response" line is dropped in favour of ours.
+_ABANDONED: contextvars.ContextVar[bool] = contextvars.ContextVar("proxy_abandoned", default=False)
+_SERVER_LINE = "ASGI callable returned without completing response."
+
+
+class _AbandonedFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == _SERVER_LINE and _ABANDONED.get())
+
+
+_FILTER = _AbandonedFilter()
+
+
+def _install_filter() -> None:
+    server_log = logging.getLogger("uvicorn.error")
+    if _FILTER not in server_log.filters:
+        server_log.addFilter(_FILTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +91,7 @@ class ProxyApp:
         self.transport = transport
         self.headers = headers or HeaderPolicy()
         self.observe = observe
+        _install_filter()
 
     def route(self, path: str) -> UpstreamRoute | None:
         for r in self.routes:
@@ -118,14 +144,27 @@ class ProxyApp:
                 "(proxy.impersonation: reject)", headers=scope.get(RESPONSE_HEADERS_KEY),
             )  # fmt: skip
             return
-        body = await _request_body(scope, receive)
+        length, chunked = body_framing(scope)
+        body: bytes | RequestBody | None = None
+        if 0 < length <= SMALL_BODY:
+            body = await read_small(receive, length)
+            if body is None:  # the client left before its body was complete
+                log.debug("%s %s: request aborted before it was sent", scope["method"], path)
+                return
+        elif length > 0 or chunked:
+            body = RequestBody(receive, length)
         long_running = bool(scope.get(LONG_RUNNING_KEY))
         started = time.perf_counter()
         try:
             resp = await self.transport.send(
                 scope["method"], url, headers, body, long_running=long_running
             )
-        except UpstreamError as exc:
+        except (UpstreamError, ClientDisconnected) as exc:
+            if isinstance(body, RequestBody) and body.left:
+                # The transport aborted the upstream request and closed its connection.
+                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                return
+            assert isinstance(exc, UpstreamError)
             if self.observe:
                 self.observe(route.url, exc.kind, time.perf_counter() - started)
             code = 504 if isinstance(exc, UpstreamTimeout) else 502
@@ -142,8 +181,24 @@ class ProxyApp:
             return
         if self.observe:
             self.observe(route.url, "", time.perf_counter() - started)
+        # While the body still streams (the upstream answered early), its iterator is the one
+        # reader of ``receive`` and notices a client that leaves; a second reader would steal
+        # body chunks.
+        watch = not (isinstance(body, RequestBody) and not body.done)
         try:
-            await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY))
+            await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY), watch)
+        except UpstreamError as exc:
+            if isinstance(body, RequestBody) and body.left:
+                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                _ABANDONED.set(True)
+                return
+            # Headers are out, so no status can be sent any more and the framing the client
+            # was promised cannot be kept: end this response by closing its connection.
+            log.warning(
+                "upstream %s failed mid-response to %s %s: %s: %s; closing the client "
+                "connection", route.url, scope["method"], path, exc.kind, exc,
+            )  # fmt: skip
+            _ABANDONED.set(True)
         finally:
             await resp.aclose()
 
@@ -153,6 +208,7 @@ class ProxyApp:
         receive: Receive,
         send: Send,
         extra: list[tuple[bytes, bytes]] | None,
+        watch: bool,
     ) -> None:
         headers = response_headers(resp.headers)
         if extra:
@@ -160,6 +216,9 @@ class ProxyApp:
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if resp.body is not None:
             await send({"type": "http.response.body", "body": resp.body})
+            return
+        if not watch:
+            await _pump(resp, send)
             return
         # A stream of unknown length may never end (watch, SSE): stop when the client leaves.
         task = asyncio.current_task()
@@ -175,9 +234,7 @@ class ProxyApp:
         watcher = asyncio.ensure_future(_wait_disconnect(receive))
         watcher.add_done_callback(on_disconnect)
         try:
-            async for chunk in resp.stream():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
+            await _pump(resp, send)
         except asyncio.CancelledError:
             if not left:
                 raise
@@ -196,40 +253,10 @@ def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:
     return rest if rest.startswith(b"/") else b"/" + rest
 
 
-async def _request_body(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:
-    """None for bodiless requests, bytes for small sized ones, else a stream."""
-    length = -1
-    chunked = False
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            length = int(value) if value.isdigit() else -1
-        elif name == b"transfer-encoding":
-            chunked = True
-    if length == 0 or (length < 0 and not chunked):
-        return None
-    if 0 < length <= SMALL_BODY:
-        parts = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        return b"".join(parts)
-    return _stream_body(receive)
-
-
-async def _stream_body(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        body = message.get("body", b"")
-        if body:
-            yield body
-        if not message.get("more_body", False):
-            return
+async def _pump(resp: UpstreamResponse, send: Send) -> None:
+    async for chunk in resp.stream():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _wait_disconnect(receive: Receive) -> None:

@@ -1,7 +1,12 @@
 """Connections and keep-alive pools for the ``h1`` transport (see ``h1_transport``).
 
-``_Conn`` is an ``asyncio.Protocol`` that feeds llhttp (httptools) and keeps one response's
-state; ``_Pool`` hands out idle connections to one host:port, bounded for regular requests.
+``Conn`` is an ``asyncio.Protocol`` that feeds llhttp (httptools) and keeps one exchange's
+state; ``Pool`` hands out idle connections to one host:port, bounded for regular requests.
+
+A connection goes back to the pool only when the exchange ended exactly as framed: the whole
+request was written, the whole response read, nothing arrived after it, and both sides allow
+keep-alive. Anything else closes it, because the next request's bytes would otherwise be read
+in a stale framing context (request smuggling, or a response answering the wrong request).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from gateway.proxy.transport import (
 )
 
 # Body chunks buffered before the connection stops reading (back-pressure on the upstream).
-HIGH_WATER = 256 * 1024
+HIGH_WATER = 64 * 1024
+
+
+class _Unexpected(Exception):
+    """A response started while none was expected (bytes after a complete response)."""
 
 
 class Conn(asyncio.Protocol):
@@ -31,6 +40,7 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.write_paused = False  # the socket's buffer is above its high-water mark
         self.idle_since = 0.0
         self._reset()
 
@@ -48,10 +58,20 @@ class Conn(asyncio.Protocol):
         self.paused = False
         self.received = False  # any response bytes since this request was written
         self.reused = False  # taken from the idle pool (the upstream may have closed it)
+        self.expecting = True  # a final response is due; cleared when it completes
+        self.sent_all = False  # the whole request, as framed, was handed to the socket
+        self.drain_waiter: asyncio.Future[None] | None = None
 
     # asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_writer()
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
@@ -59,7 +79,13 @@ class Conn(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(UpstreamProtocolError(f"malformed upstream response: {exc}"))
+            if self.complete:
+                # Bytes after a complete response (longer than its Content-Length, or
+                # unsolicited while idle): keep what was framed, never reuse the connection.
+                self.keep_alive = False
+                self.close()
+            else:
+                self._fail(UpstreamProtocolError(f"malformed upstream response: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -70,9 +96,14 @@ class Conn(asyncio.Protocol):
             self._wake()
         if not self.complete:
             self._fail(UpstreamProtocolError(f"upstream closed the connection: {exc or 'EOF'}"))
+        self._wake_writer()
         self.pool.forget(self)
 
     # httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if not self.expecting:
+            raise _Unexpected
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.lower(), value))
 
@@ -97,8 +128,11 @@ class Conn(asyncio.Protocol):
         if not self.status:
             return  # the end of an interim response
         self.complete = True
+        self.expecting = False
         self.keep_alive = self.parser.should_keep_alive()
         self._wake()
+        if self.drain_waiter is not None:
+            self._wake_writer()  # an early, complete answer: the rest of the body is not needed
 
     # helpers ---------------------------------------------------------------------------
     def _ends_at_eof(self) -> bool:
@@ -114,6 +148,11 @@ class Conn(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
+    def _wake_writer(self) -> None:
+        w = self.drain_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
     def _fail(self, exc: Exception) -> None:
         if self.error is None:
             self.error = exc
@@ -121,7 +160,18 @@ class Conn(asyncio.Protocol):
             self.headers_done.set_exception(exc)
             self.headers_done.exception()  # mark retrieved; the sender re-raises it
         self._wake()
+        self._wake_writer()
         self.close()
+
+    @property
+    def reusable(self) -> bool:
+        return (
+            self.sent_all
+            and self.complete
+            and self.keep_alive
+            and not self.closed
+            and self.error is None
+        )
 
     def close(self) -> None:
         self.closed = True
@@ -144,6 +194,27 @@ class Conn(asyncio.Protocol):
             await with_read_timeout(self, self.waiter, read_timeout)
         if self.error is not None and not self.chunks:
             raise self.error
+
+    async def drain(self, write_timeout: float | None) -> None:
+        """Until the socket takes more (back-pressure on the client's upload), the response is
+        complete, or the connection fails; an upstream that reads nothing for
+        ``write_timeout`` seconds fails it with ``UpstreamTimeout``."""
+        if not self.write_paused or self.complete or self.error is not None:
+            return
+        fut = self.drain_waiter = self.loop.create_future()
+        timer = None
+        if write_timeout is not None:
+            timer = self.loop.call_later(
+                write_timeout,
+                self._fail,
+                UpstreamTimeout(f"upstream read none of the request for {write_timeout:g}s"),
+            )
+        try:
+            await fut
+        finally:
+            self.drain_waiter = None
+            if timer is not None:
+                timer.cancel()
 
 
 async def with_read_timeout(
@@ -223,7 +294,7 @@ class Pool:
 
     def release(self, conn: Conn) -> None:
         self._released()
-        if conn.closed or not conn.complete or not conn.keep_alive or conn.error is not None:
+        if not conn.reusable:
             conn.close()
         else:
             conn.idle_since = time.monotonic()

@@ -175,24 +175,37 @@ class H1UpstreamTransport:
                 lines += (b"\r\ncontent-length: ", str(len(body)).encode())
             lines += (b"\r\n\r\n", body)
             transport.write(b"".join(lines))
+            conn.sent_all = True
             return
         if body is None:
             lines.append(b"\r\n\r\n")
             transport.write(b"".join(lines))
+            conn.sent_all = True
             return
         if not sized:
             lines.append(b"\r\ntransfer-encoding: chunked")
         lines.append(b"\r\n\r\n")
         transport.write(b"".join(lines))
+        # One chunk in flight: the next is pulled from the client only once the socket took
+        # this one, so a slow upstream slows the client instead of filling our memory. A body
+        # that ends short raises (``ClientDisconnected``) and the caller closes the connection.
+        write_timeout = self.timeouts.read
         async for chunk in body:
             if conn.error is not None:
                 raise conn.error
+            if conn.complete:
+                return  # answered early: stop sending; not ``sent_all``, so never pooled
             if sized:
                 transport.write(chunk)
             elif chunk:
                 transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            if conn.write_paused:
+                await conn.drain(write_timeout)
+        if conn.error is not None:
+            raise conn.error
         if not sized:
             transport.write(b"0\r\n\r\n")
+        conn.sent_all = True
 
     async def aclose(self) -> None:
         for pool in self._pools.values():

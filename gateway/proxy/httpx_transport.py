@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import h11
 import httpx
 
 from gateway.proxy.transport import (
@@ -44,11 +46,37 @@ class HttpxResponse:
 
     async def stream(self) -> AsyncIterator[bytes]:
         with _mapped():
-            async for chunk in self._resp.aiter_raw():
+            async for chunk in _raw(self._resp):
                 yield chunk
 
     async def aclose(self) -> None:
+        _refuse_trailing_bytes(self._resp)
         await self._resp.aclose()
+
+
+async def _raw(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as received, without ``aiter_raw``'s close at the end: ``aclose`` must look at
+    the connection before it goes back to the pool."""
+    assert isinstance(resp.stream, httpx.AsyncByteStream)
+    async for chunk in resp.stream:
+        yield chunk
+
+
+def _refuse_trailing_bytes(resp: httpx.Response) -> None:
+    """httpcore pools a connection whose response was followed by more bytes (h11 keeps them
+    for the next cycle, so the next request would read them as its response). Mark such a
+    connection failed, which makes httpcore close it instead. Only the httpcore pool is
+    reached through its internals here; other transports (httpx-aiohttp) guard themselves."""
+    # httpx's BoundAsyncStream -> AsyncResponseStream -> httpcore's PoolByteStream ->
+    # HTTP11ConnectionByteStream, whose connection holds the h11 state.
+    layer: Any = resp.stream
+    for _ in range(6):
+        if layer is None or hasattr(layer, "_connection"):
+            break
+        layer = getattr(layer, "_stream", None) or getattr(layer, "_httpcore_stream", None)
+    state: Any = getattr(getattr(layer, "_connection", None), "_h11_state", None)
+    if isinstance(state, h11.Connection) and state.trailing_data[0]:
+        state.send_failed()
 
 
 class HttpxUpstreamTransport:
@@ -93,7 +121,7 @@ class HttpxUpstreamTransport:
             try:
                 length = resp.headers.get("content-length")
                 if not long_running and length is not None and int(length) <= SMALL_BODY:
-                    body = b"".join([c async for c in resp.aiter_raw()])
+                    body = b"".join([c async for c in _raw(resp)])
                     return HttpxResponse(resp, body)
             except BaseException:
                 await resp.aclose()
@@ -118,6 +146,8 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     from httpx_aiohttp import AiohttpTransport
     from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
     from yarl import URL
+
+    from gateway.proxy.aiohttp_transport import CheckedConnector
 
     class ExactTargetTransport(AiohttpTransport):
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -146,4 +176,12 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
                 extensions={"http_version": b"HTTP/1.1"},
             )  # fmt: skip
 
-    return ExactTargetTransport(limits=limits, trust_env=False)
+    def session() -> ClientSession:
+        # a pooled connection with unread bytes is closed, never reused (see CheckedConnector)
+        connector = CheckedConnector(
+            limit=limits.max_connections or 0,
+            keepalive_timeout=limits.keepalive_expiry or 15.0,
+        )
+        return ClientSession(connector=connector)
+
+    return ExactTargetTransport(limits=limits, trust_env=False, client=session)
