@@ -25,8 +25,9 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
     )
 
 
-def _containers(items: list[Container]) -> list[dict[str, Any]]:
-    return [c.to_json() for c in items]
+def _containers(items: list[Container], *, secret: bool = True) -> list[dict[str, Any]]:
+    """Answers to the owning router carry each container's secret; listings do not."""
+    return [c.to_json(secret=secret) for c in items]
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -158,7 +159,10 @@ async def list_containers(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     stems = [h.id for hs in service.stems.values() for h in hs]
     return web.json_response(
-        {"containers": _containers(list(service.core.containers.values())), "stems": stems}
+        {
+            "containers": _containers(list(service.core.containers.values()), secret=False),
+            "stems": stems,
+        }
     )
 
 

@@ -97,9 +97,10 @@ class Container:
     since: float = 0.0
     quarantine_timer: Timer | None = None
     idle_timer: Timer | None = None
+    secret: str = field(default="", repr=False)  # the runtime's; only its owner router gets it
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, secret: bool = False) -> dict[str, Any]:
+        out = {
             "id": self.id,
             "action": self.action.to_json(),
             "state": self.state.value,
@@ -107,3 +108,6 @@ class Container:
             "url": self.url,
             "agent": self.agent,
         }
+        if secret:
+            out["secret"] = self.secret
+        return out

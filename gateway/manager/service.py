@@ -27,6 +27,7 @@ from gateway.manager.backends.base import (
     ContainerHandle,
     ContainerSpec,
     Status,
+    new_secret,
 )
 from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, ManagerSettings
 from gateway.manager.disruption import Disruptions
@@ -88,7 +89,8 @@ class ManagerService:
                 log.warning("container %s has unreadable labels (%s); removing it", handle.id, exc)
                 self.spawn(self.remove(handle.id, 0.0, "unreadable"))
                 continue
-            self.core.adopt(handle.id, spec, handle.url, self.backend.agent(handle))
+            agent = self.backend.agent(handle)
+            self.core.adopt(handle.id, spec, handle.url, agent, handle.secret)
         log.info("recovered %d containers", len(self.handles))
         for kind in self.settings.prewarm:
             self.spawn(self._backfill(kind))
@@ -185,6 +187,7 @@ class ManagerService:
                     eviction=a.eviction,
                     pod_template=a.pod_template,
                     router=c.owner,
+                    secret=new_secret(),
                 )
                 handle = await self.backend.create(spec)
         except BackendError as exc:
@@ -194,7 +197,7 @@ class ManagerService:
             return None
         self.metrics.creations.labels(a.kind, source, "ok").inc()
         self.handles[c.id] = handle
-        done = self.core.created(c.id, handle.url, self.backend.agent(handle))
+        done = self.core.created(c.id, handle.url, self.backend.agent(handle), handle.secret)
         if done is None:  # removed meanwhile
             self.spawn(self.remove(c.id, 0.0, "orphaned"))
         return done
@@ -224,7 +227,12 @@ class ManagerService:
             await asyncio.sleep(delay)
             while len(self.stems.get(kind, [])) < self.settings.prewarm.get(kind, 0):
                 spec = ContainerSpec(
-                    new_container_id(), kind, STEM_MEMORY_MB, None, {"role": "stem", "kind": kind}
+                    new_container_id(),
+                    kind,
+                    STEM_MEMORY_MB,
+                    None,
+                    {"role": "stem", "kind": kind},
+                    secret=new_secret(),
                 )
                 handle = await self.backend.create(spec)
                 self.metrics.creations.labels(kind, "prewarm", "ok").inc()
