@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MANAGER = "http://127.0.0.1:7071"
+DEFAULT_TOKEN_FILE = ".apf-gateway/internal-token"
+TOKEN_HELP = "file holding the internal token (0600; APF_INTERNAL_TOKEN wins if set)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +29,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="NAME=VALUE",
         help="kubernetes backend option (as its APF_K8S_NAME variable; the flag wins), "
-        "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11",
+        "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11; "
+        "local backend sandbox option, e.g. network=host, user=nobody (docs/platform.md)",
+    )
+    serve.add_argument(
+        "--internal-token-file",
+        default=None,
+        metavar="PATH",
+        help=TOKEN_HELP + "; created if missing (default STATE_DIR/internal-token)",
     )
     serve.add_argument("--lease-seconds", type=float, default=10.0, help="router lease length")
     serve.add_argument("--quota", type=int, default=100, help="containers per namespace")
@@ -57,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, help_ in (("drain", "upgrade-style drain"), ("containers", "list containers")):
         cmd = sub.add_parser(name, help=help_)
         cmd.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
+        cmd.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
         if name == "drain":
             cmd.add_argument("--namespace", help="only this namespace")
             cmd.add_argument("--action", help="only this action (NS/NAME or NAME)")
@@ -66,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evict.add_argument("container")
     evict.add_argument("--reason", default="upgrade", choices=["upgrade", "space", "scale-down"])
     evict.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
+    evict.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
     evict.set_defaults(func=_evict)
 
 
@@ -84,8 +95,15 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.manager.backends import load_backend
     from gateway.manager.core import ManagerSettings
     from gateway.manager.service import ManagerService, ServiceSettings
+    from gateway.platform.internal_token import resolve
     from gateway.platform.serving import run
 
+    token_file = args.internal_token_file or Path(args.state_dir) / "internal-token"
+    try:
+        token = resolve(token_file, create=True)
+    except ValueError as exc:
+        print(f"apf-gateway manager: {exc}", file=sys.stderr)
+        return 2
     options: dict[str, Any] = {}
     for item in args.backend_option:
         name, sep, value = item.partition("=")
@@ -94,9 +112,6 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         options[name.strip().replace("-", "_")] = value
     if args.backend == "local":
-        if options:
-            print("the local backend takes no --backend-option", file=sys.stderr)
-            return 2
         options["state_dir"] = Path(args.state_dir)
     try:
         backend = load_backend(args.backend, **options)
@@ -114,14 +129,25 @@ def _serve(args: argparse.Namespace) -> int:
         prewarm=_pairs(args.prewarm, "--prewarm"),
         remove_on_exit=not args.keep_containers,
         eviction_retry_seconds=args.eviction_retry_seconds,
+        internal_token=token,
     )
     return run(build_app(ManagerService(backend, settings)), args.listen)
 
 
-def _call(url: str, method: str, body: dict[str, Any] | None = None) -> int:
+def _call(
+    args: argparse.Namespace, url: str, method: str, body: dict[str, Any] | None = None
+) -> int:
+    from gateway.platform.internal_token import resolve
+
+    try:
+        token = resolve(args.internal_token_file)
+    except ValueError as exc:
+        print(f"apf-gateway manager: {exc}", file=sys.stderr)
+        return 2
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=3600) as resp:
             print(json.dumps(json.load(resp), indent=2))
@@ -136,14 +162,17 @@ def _call(url: str, method: str, body: dict[str, Any] | None = None) -> int:
 
 def _drain(args: argparse.Namespace) -> int:
     body = {"namespace": args.namespace, "action": args.action}
-    return _call(f"{args.manager}/v1/drain", "POST", body)
+    return _call(args, f"{args.manager}/v1/drain", "POST", body)
 
 
 def _list(args: argparse.Namespace) -> int:
-    return _call(f"{args.manager}/v1/containers", "GET")
+    return _call(args, f"{args.manager}/v1/containers", "GET")
 
 
 def _evict(args: argparse.Namespace) -> int:
     return _call(
-        f"{args.manager}/v1/containers/{args.container}/evict", "POST", {"reason": args.reason}
+        args,
+        f"{args.manager}/v1/containers/{args.container}/evict",
+        "POST",
+        {"reason": args.reason},
     )

@@ -33,6 +33,7 @@ from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, Mana
 from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
+from gateway.platform.internal_token import bearer
 
 log = logging.getLogger("gateway.manager")
 
@@ -50,6 +51,7 @@ class ServiceSettings:
     # process start, CPU-heavy) does not compete with the /init and /run it was taken for
     backfill_delay_seconds: float = 0.25
     eviction_retry_seconds: float = 5.0  # a refused eviction is tried again after this
+    internal_token: str = field(default="", repr=False)  # required on /v1/*; sent to routers
 
 
 class AcquireRejected(Exception):
@@ -77,7 +79,10 @@ class ManagerService:
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        token = self.settings.internal_token
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None), headers=bearer(token) if token else None
+        )
         for handle in await self.backend.list():
             self.handles[handle.id] = handle
             if handle.labels.get("role") == "stem":

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from gateway.platform import internal_token
+
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
 SLOW = """
@@ -63,6 +65,10 @@ class Platform:
         self.store = f"sqlite:///{root / 'platform.db'}"
         self.manager: Proc | None = None
         self.routers: dict[str, Proc] = {}
+        # the internal token the manager and routers require of each other (and of us)
+        self.token_file = root / "internal-token"
+        self.token = internal_token.write(self.token_file)
+        self.auth = internal_token.bearer(self.token)
 
     def start_manager(self, *extra: str, port: int = 0) -> Proc:
         self.manager = Proc(
@@ -75,6 +81,8 @@ class Platform:
                 str(self.state),
                 "--grace-seconds",
                 "1",
+                "--internal-token-file",
+                str(self.token_file),
                 *extra,
             ],
             self.root / "manager.log",
@@ -94,6 +102,8 @@ class Platform:
                 self.store,
                 "--id",
                 rid,
+                "--internal-token-file",
+                str(self.token_file),
                 *extra,
             ],
             self.root / f"router-{rid}.log",
@@ -149,7 +159,7 @@ def annotation(record: dict[str, Any], key: str) -> Any:
 
 async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> list[dict[str, Any]]:
     assert platform.manager is not None
-    resp = await client.get(platform.manager.url + "/v1/containers")
+    resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
     return list(resp.json()["containers"])
 
 
