@@ -98,12 +98,6 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.platform.internal_token import resolve
     from gateway.platform.serving import run
 
-    token_file = args.internal_token_file or Path(args.state_dir) / "internal-token"
-    try:
-        token = resolve(token_file, create=True)
-    except ValueError as exc:
-        print(f"apf-gateway manager: {exc}", file=sys.stderr)
-        return 2
     options: dict[str, Any] = {}
     for item in args.backend_option:
         name, sep, value = item.partition("=")
@@ -117,6 +111,12 @@ def _serve(args: argparse.Namespace) -> int:
         backend = load_backend(args.backend, **options)
     except ValueError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    token_file = args.internal_token_file or Path(args.state_dir) / "internal-token"
+    try:
+        token = resolve(token_file, create=True)
+    except ValueError as exc:
+        print(f"apf-gateway manager: {exc}", file=sys.stderr)
         return 2
     settings = ServiceSettings(
         core=ManagerSettings(

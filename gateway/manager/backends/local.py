@@ -73,12 +73,12 @@ class LocalProcessBackend:
         **sandbox: str,
     ) -> None:
         """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings)."""
+        self.sandbox = Sandbox.resolve(SandboxOptions.parse(sandbox), python)
         self.state_dir = Path(state_dir)
         self.root = self.state_dir / "containers"
         self.root.mkdir(parents=True, exist_ok=True)
         for folder in (self.state_dir, self.root):
             folder.chmod(0o700)
-        self.sandbox = Sandbox.resolve(SandboxOptions.parse(sandbox), python)
         self.python = self.sandbox.python
         self.start_timeout = start_timeout
         self.host = host
