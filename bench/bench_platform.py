@@ -298,11 +298,19 @@ async def warm(args: argparse.Namespace, root: Path) -> list[str]:
 async def cold(args: argparse.Namespace, root: Path) -> list[str]:
     plain = Platform(root, "cold")
     stem = Platform(root, "stem", "--prewarm", "python:3=1")
-    out: dict[str, list[float]] = {"cold (no stem cell)": [], "cold from a stem cell": []}
+    platforms = {"cold (no stem cell)": plain, "cold from a stem cell": stem}
+    if args.baseline_tree:
+        platforms[BASELINE + "cold (no stem cell)"] = Platform(
+            root, "cold-base", tree=args.baseline_tree
+        )
+        platforms[BASELINE + "cold from a stem cell"] = Platform(
+            root, "stem-base", "--prewarm", "python:3=1", tree=args.baseline_tree
+        )
+    out: dict[str, list[float]] = {label: [] for label in platforms}
     try:
         async with aiohttp.ClientSession(headers=IDENTITY) as s:
             for i in range(args.colds):
-                for label, p in (("cold (no stem cell)", plain), ("cold from a stem cell", stem)):
+                for label, p in platforms.items():
                     name = f"a{i}"
                     await timed(
                         s,
@@ -317,8 +325,8 @@ async def cold(args: argparse.Namespace, root: Path) -> list[str]:
                         )
                     )
     finally:
-        plain.stop()
-        stem.stop()
+        for p in platforms.values():
+            p.stop()
     lines = ["| cold start | p50 ms | min | max |", "|---|---|---|---|"]
     for label, xs in out.items():
         lines.append(f"| {label} | {p50(xs):.1f} | {min(xs):.1f} | {max(xs):.1f} |")

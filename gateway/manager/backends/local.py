@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -39,6 +40,8 @@ from gateway.manager.backends.base import (
     new_secret,
 )
 from gateway.manager.backends.sandboxing import Sandbox, SandboxOptions
+
+log = logging.getLogger("gateway.manager.local")
 
 
 def _start_time(pid: int) -> str | None:
@@ -74,6 +77,8 @@ class LocalProcessBackend:
     ) -> None:
         """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings)."""
         self.sandbox = Sandbox.resolve(SandboxOptions.parse(sandbox), python)
+        for note in self.sandbox.notes:
+            log.warning("sandbox: %s", note)
         self.state_dir = Path(state_dir)
         self.root = self.state_dir / "containers"
         self.root.mkdir(parents=True, exist_ok=True)
