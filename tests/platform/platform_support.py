@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,18 @@ class Platform:
         for pid in self.runtime_pids():  # never leave runtimes behind, even on failure
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def post(url: str, body: dict[str, Any], secret: str = "") -> tuple[int, dict[str, Any]]:
+    """A blocking POST to a runtime (with its container secret, if given)."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    if secret:
+        request.add_header("Authorization", f"Bearer {secret}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
 
 
 def action_url(router: Proc, name: str, ns: str = "_") -> str:

@@ -16,15 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
 import pytest
-from platform_support import Platform, invoke, put_action, wait_until
+from platform_support import Platform, invoke, post, put_action, wait_until
 
 from gateway.manager.backends.base import ContainerHandle, ContainerSpec
 from gateway.manager.backends.local import LocalProcessBackend
@@ -42,17 +40,6 @@ MARKER = "apf-isolation-marker-7d1c"
 
 ATTACKER = "def main(args):\n    return {'stolen': args}\n"
 VICTIM = "def main(args):\n    return {'victim': args.get('card')}\n"
-
-
-def post(url: str, body: dict[str, Any], secret: str = "") -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    if secret:
-        request.add_header("Authorization", f"Bearer {secret}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 # ---- item 1: stem-cell hijack ------------------------------------------------------------

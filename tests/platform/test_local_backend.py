@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from pathlib import Path
 
 import pytest
+from platform_support import post
 
 from gateway.manager.backends import load_backend
 from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
 from gateway.manager.backends.local import LocalProcessBackend
-
-
-def post(url: str, body: dict[str, object], secret: str = "") -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    if secret:
-        request.add_header("Authorization", f"Bearer {secret}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
