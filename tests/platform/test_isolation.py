@@ -76,30 +76,50 @@ async def runtime(tmp_path: Path) -> Any:
     await backend.close()
 
 
-async def test_a_router_never_uses_a_container_initialised_with_other_code(
-    runtime: ContainerHandle,
-) -> None:
-    """Even someone holding the secret cannot slip other code in: the digest differs."""
-    assert post(runtime.url + "/init", {"value": {"code": ATTACKER}}, runtime.secret)[0] == 200
-    doc = validate_put("guest", "pay", {"exec": {"kind": "python:3", "code": VICTIM}})
-    action = ActionInfo.from_doc(doc)
+class Events:
+    def pause(self, c: WarmContainer) -> None: ...
+    def give_back(self, c: WarmContainer, reason: str) -> None: ...
+    def drained(self, c: WarmContainer) -> None: ...
 
-    class Events:
-        def pause(self, c: WarmContainer) -> None: ...
-        def give_back(self, c: WarmContainer, reason: str) -> None: ...
-        def drained(self, c: WarmContainer) -> None: ...
 
-    lost: list[tuple[str, str]] = []
+async def run_cold(
+    handle: ContainerHandle, action: ActionInfo, lost: list[tuple[str, str]]
+) -> tuple[Status, dict[str, Any]]:
+    """One activation by a router that has not initialised the container (yet, or forgot)."""
     pool = RouterPool(FakeEventClock(), PoolSettings(), Events())
-    pool.add(WarmContainer(runtime.id, action.key, runtime.url, 1, secret=runtime.secret))
+    pool.add(WarmContainer(handle.id, action.key, handle.url, 1, secret=handle.secret))
     slot = pool.reserve(action.key)
     assert slot is not None and slot.needs_init
     async with aiohttp.ClientSession() as http:
         executor = Executor(http, pool, {}, lambda c, why: lost.append((c.id, why)))
         outcome = await executor.execute(slot, action, {"card": "4111"}, "a" * 32, 0.0)
-    assert outcome.status is Status.WHISK_ERROR
-    assert outcome.result == {"error": FOREIGN_CODE}
+    return outcome.status, outcome.result
+
+
+def victim() -> ActionInfo:
+    doc = validate_put("guest", "pay", {"exec": {"kind": "python:3", "code": VICTIM}})
+    return ActionInfo.from_doc(doc)
+
+
+async def test_a_router_never_uses_a_container_initialised_with_other_code(
+    runtime: ContainerHandle,
+) -> None:
+    """Even someone holding the secret cannot slip other code in: the digest differs."""
+    assert post(runtime.url + "/init", {"value": {"code": ATTACKER}}, runtime.secret)[0] == 200
+    lost: list[tuple[str, str]] = []
+    assert await run_cold(runtime, victim(), lost) == (Status.WHISK_ERROR, {"error": FOREIGN_CODE})
     assert lost == [(runtime.id, "init-failed")]
+
+
+async def test_a_restarted_router_reuses_the_container_it_initialised(
+    runtime: ContainerHandle,
+) -> None:
+    """The same code again (a router restarted and re-adopted it): the digest matches."""
+    lost: list[tuple[str, str]] = []
+    ok = (Status.SUCCESS, {"victim": "4111"})
+    assert await run_cold(runtime, victim(), lost) == ok
+    assert await run_cold(runtime, victim(), lost) == ok  # "already initialized", same digest
+    assert lost == []
 
 
 # ---- item 2: what an action can see --------------------------------------------------------
