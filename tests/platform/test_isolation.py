@@ -236,6 +236,39 @@ async def test_an_action_cannot_read_the_platform_or_other_containers(
         assert seen["reach"] is True  # it reaches the port, but not without the secret
 
 
+async def test_without_a_uid_switch_or_namespaces_the_launcher_still_confines_what_it_can(
+    tmp_path: Path,
+) -> None:
+    """What a non-root platform gets (here: root told ``user=current``): limits, a scrubbed
+    environment and its own work directory, no uid switch, and a warning saying so."""
+    backend = LocalProcessBackend(
+        tmp_path / "state", user="current", namespaces="off", network="host"
+    )
+    if os.geteuid() == 0:
+        assert "user=current as root: actions run as root" in backend.sandbox.notes
+    handle = await backend.create(ContainerSpec("c-plain", "python:3", secret="p" * 43))
+    try:
+        assert post(handle.url + "/init", {"value": {"code": PROBE}}, handle.secret)[0] == 200
+        status, seen = post(handle.url + "/run", {"value": {"paths": [], "port": 1}}, handle.secret)
+    finally:
+        await backend.remove(handle, grace=1.0)
+        await backend.close()
+    assert status == 200 and seen["uid"] == os.geteuid()
+    assert seen["listing"] == [] and seen["cwd"] != os.getcwd()
+    assert set(seen["env"]) <= {"PATH", "PYTHONUNBUFFERED", "LANG", "HOME", "TMPDIR"}
+    assert seen["no_new_privs"] == ["1"] and seen["limits"]["NOFILE"] == 1024
+
+
+def test_sandbox_options_from_the_environment_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APF_LOCAL_NETWORK", "host")
+    monkeypatch.setenv("APF_LOCAL_MAX_FILES", "64")
+    options = SandboxOptions.from_os({"max_files": "128"})
+    assert options.network == "host" and options.max_files == 128
+    monkeypatch.setenv("APF_LOCAL_NETWORK", "wide")
+    with pytest.raises(ValueError, match="network=wide"):
+        SandboxOptions.from_os({})
+
+
 def test_sandbox_options_are_validated_with_the_option_named() -> None:
     with pytest.raises(ValueError, match="--backend-option network=wide: expected one of"):
         SandboxOptions.parse({"network": "wide"})

@@ -75,8 +75,9 @@ class LocalProcessBackend:
         host: str = "127.0.0.1",
         **sandbox: str,
     ) -> None:
-        """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings)."""
-        self.sandbox = Sandbox.resolve(SandboxOptions.parse(sandbox), python)
+        """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings; they win
+        over ``APF_LOCAL_<NAME>`` variables)."""
+        self.sandbox = Sandbox.resolve(SandboxOptions.from_os(sandbox), python)
         for note in self.sandbox.notes:
             log.warning("sandbox: %s", note)
         self.state_dir = Path(state_dir)

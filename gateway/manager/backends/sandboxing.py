@@ -1,7 +1,8 @@
 """The local backend's sandbox settings: which user, namespaces, limits and interpreter.
 
-Options come as ``--backend-option NAME=VALUE`` strings (``docs/platform.md``, "Isolation and
-trust"); ``SandboxOptions.parse`` validates them and names the option in every error.
+Options come as ``--backend-option NAME=VALUE`` strings or ``APF_LOCAL_<NAME>`` variables
+(``docs/platform.md``, "Isolation and trust"); ``SandboxOptions.parse`` validates them and
+names the option in every error.
 ``Sandbox.resolve`` turns them into what this host can do: a uid per container when the
 manager runs as root, namespaces when ``unshare`` is permitted, and an interpreter whose
 standard library the unprivileged uid can read (a Python under ``/root`` cannot serve it).
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+ENV_PREFIX = "APF_LOCAL_"
 MIB = 1024 * 1024
 
 
@@ -33,6 +35,17 @@ class SandboxOptions:
     max_files: int = 1024  # RLIMIT_NOFILE
     max_processes: int = 512  # RLIMIT_NPROC (threads count), per uid
     workdirs: str = ""  # where work directories are made; "": the system temp dir
+
+    @classmethod
+    def from_os(cls, options: dict[str, Any]) -> SandboxOptions:
+        """``APF_LOCAL_<NAME>`` environment variables, the given options winning (so that
+        ``APF_LOCAL_NETWORK=host apf-gateway up`` reaches the manager ``up`` starts)."""
+        env = {
+            name: os.environ[f"{ENV_PREFIX}{name.upper()}"]
+            for name in cls.__slots__
+            if f"{ENV_PREFIX}{name.upper()}" in os.environ
+        }
+        return cls.parse({**env, **options})
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> SandboxOptions:
