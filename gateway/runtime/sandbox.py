@@ -6,18 +6,18 @@ listening socket while still in the host's network namespace, and then, in this 
 
 1. ``unshare`` new mount, PID and IPC namespaces (and a network namespace when ``network`` is
    ``none``: the socket bound before keeps serving the router on the host's loopback, the
-   action has no network at all) and forks: the child is PID 1 of the new PID namespace, the
-   parent waits for it and exits with its status (it is what the backend's pid and process
-   group refer to). The child mounts a fresh ``/proc`` (only its own processes are visible)
-   and bind-mounts its private work directory over ``/tmp``.
+   action has no network but a loopback of its own) and forks: the child is PID 1 of the new
+   PID namespace, the parent waits for it and exits with its status (it is what the backend's
+   pid and process group refer to). The child mounts a fresh ``/proc`` (only its own
+   processes are visible) and bind-mounts its private work directory over ``/tmp``.
 2. Resource limits (``RLIMIT_AS``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, ``RLIMIT_CPU``, no
    core dumps), ``chdir`` to the work directory, umask 077.
 3. Drops to the configured uid/gid with no supplementary groups, then ``PR_SET_NO_NEW_PRIVS``.
 4. Replaces the environment with the configured one and runs ``gateway.runtime`` in this same
    process (no second interpreter start-up), handing it the secret and the socket.
 
-Namespaces are skipped when the configuration says so (the backend probes with ``--probe``
-whether ``unshare`` is permitted at all: it needs root or an unprivileged user namespace).
+Namespaces are skipped when the configuration says so (the backend calls ``probe`` once to
+learn whether ``unshare`` is permitted at all: it needs ``CAP_SYS_ADMIN``, i.e. root here).
 Anything failing before the runtime starts exits 3 with the reason on stderr.
 """
 
@@ -109,15 +109,28 @@ def _wait_for(child: int) -> None:
             os._exit(128 + os.WTERMSIG(status))
 
 
+def _loopback_up() -> None:
+    """A new network namespace starts with ``lo`` down; actions may still want 127.0.0.1
+    among their own processes (it reaches nothing of the host's)."""
+    import fcntl
+    import struct
+
+    siocsifflags, iff_up_loopback_running = 0x8914, 0x1 | 0x8 | 0x40
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", iff_up_loopback_running))
+
+
 def _enter_namespaces(config: dict[str, Any], sock: socket.socket) -> None:
-    flags = BASE_FLAGS | (CLONE_NEWNET if config.get("network") == "none" else 0)
-    _unshare(flags)
+    isolated = config.get("network") == "none"
+    _unshare(BASE_FLAGS | (CLONE_NEWNET if isolated else 0))
     child = os.fork()
     if child:
         sock.close()
         _wait_for(child)
     libc = _libc()
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if isolated:
+        _loopback_up()
     _mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
     workdir = config.get("workdir")
     if workdir:

@@ -43,8 +43,10 @@ class SandboxOptions:
         env = {
             name: os.environ[f"{ENV_PREFIX}{name.upper()}"]
             for name in cls.__slots__
-            if f"{ENV_PREFIX}{name.upper()}" in os.environ
+            if f"{ENV_PREFIX}{name.upper()}" in os.environ and name not in options
         }
+        for name, value in env.items():  # an error names the variable
+            _parse_one(name, value.strip(), source=f"{ENV_PREFIX}{name.upper()}: ")
         return cls.parse({**env, **options})
 
     @classmethod
@@ -62,8 +64,8 @@ class SandboxOptions:
         return cls(**out)
 
 
-def _parse_one(name: str, value: str) -> Any:
-    where = f"--backend-option {name}={value}"
+def _parse_one(name: str, value: str, source: str = "--backend-option ") -> Any:
+    where = f"{source}{name}={value}"
     if name in ("cpu_seconds", "max_files", "max_processes"):
         if not value.isdigit() or (name != "cpu_seconds" and int(value) < 16):
             raise ValueError(f"{where}: expected an integer (at least 16 for limits, 0 for none)")
@@ -125,15 +127,9 @@ class Sandbox:
             notes.append("user=current as root: actions run as root")
         switching = per_container or uid is not None
         pythonpath = str(Path(__file__).resolve().parents[3])
+        # the runtime's modules are imported before the uid switch; only the standard
+        # library (imported lazily, by the runtime and by actions) must stay readable
         chosen = python or options.python or _interpreter(switching)
-        if switching:
-            for path, directory in ((pythonpath, True), (chosen, False)):
-                if (where := blocked(path, directory=directory)) is not None:
-                    raise ValueError(
-                        f"--backend-option python: {path} is not readable by the actions' "
-                        f"unprivileged uid ({where} is closed to other users); install the "
-                        "platform where others can read it"
-                    )
         namespaces = False
         if options.namespaces != "off":
             from gateway.runtime.sandbox import probe
@@ -228,14 +224,11 @@ def _user(user: str) -> tuple[int, int]:
 
 
 def _interpreter(switching: bool) -> str:
-    """This interpreter, unless the actions' uid could not read it; then a system Python 3.11+
-    that it can read."""
+    """This interpreter, unless the actions' uid could not read its standard library; then a
+    system Python 3.11+ whose library it can read."""
     import sysconfig
 
-    if not switching or (
-        blocked(sys.executable, directory=False) is None
-        and blocked(sysconfig.get_path("stdlib"), directory=True) is None
-    ):
+    if not switching or blocked(sysconfig.get_path("stdlib"), directory=True) is None:
         return sys.executable
     for candidate in ("/usr/local/bin/python3", "/usr/bin/python3"):
         if not os.path.exists(candidate) or blocked(candidate, directory=False):
@@ -252,7 +245,9 @@ def _interpreter(switching: bool) -> str:
             continue
         if out[0] == "True" and blocked(out[1], directory=True) is None:
             return candidate
+    where = blocked(sysconfig.get_path("stdlib"), directory=True)
     raise ValueError(
-        f"--backend-option python: {sys.executable} is not readable by the actions' "
-        "unprivileged uid and no readable system Python 3.11+ was found; name one"
+        f"--backend-option python: the standard library of {sys.executable} is not readable "
+        f"by the actions' unprivileged uid ({where} is closed to other users) and no readable "
+        "system Python 3.11+ was found; name one"
     )
