@@ -9,7 +9,8 @@ listening socket while still in the host's network namespace, and then, in this 
    action has no network but a loopback of its own) and forks: the child is PID 1 of the new
    PID namespace, the parent waits for it and exits with its status (it is what the backend's
    pid and process group refer to). The child mounts a fresh ``/proc`` (only its own
-   processes are visible) and bind-mounts its private work directory over ``/tmp``.
+   processes are visible), bind-mounts its private work directory over ``/tmp`` and gets a
+   ``/dev/shm`` of its own (64 MiB).
 2. Resource limits (``RLIMIT_AS``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, ``RLIMIT_CPU``, no
    core dumps), ``chdir`` to the work directory, umask 077.
 3. Drops to the configured uid/gid with no supplementary groups, then ``PR_SET_NO_NEW_PRIVS``.
@@ -66,8 +67,10 @@ def _unshare(flags: int) -> None:
     _check(_libc().unshare(flags), "unshare")
 
 
-def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int) -> None:
-    _check(_libc().mount(source, target, fstype, flags, None), f"mount {target.decode()}")
+def _mount(
+    source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None
+) -> None:
+    _check(_libc().mount(source, target, fstype, flags, data), f"mount {target.decode()}")
 
 
 def probe(network_none: bool) -> str:
@@ -137,6 +140,8 @@ def _enter_namespaces(config: dict[str, Any], sock: socket.socket) -> None:
         _mount(workdir.encode(), b"/tmp", None, MS_BIND)
         config["workdir"] = "/tmp"
     _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if os.path.isdir("/dev/shm"):  # POSIX shared memory: a small one of its own
+        _mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64m,mode=1777")
 
 
 def _limit(config: dict[str, Any]) -> None:

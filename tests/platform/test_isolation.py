@@ -157,6 +157,10 @@ def main(args):
         out["reach"] = True
     except OSError:
         out["reach"] = False
+    if args.get("shm"):  # only where /dev/shm is its own
+        out["shm"] = sorted(os.listdir("/dev/shm"))
+        with open("/dev/shm/" + args["shm"], "w") as f:
+            f.write("x")
     with socket.create_server(("127.0.0.1", 0)) as own:  # its own loopback works
         socket.create_connection(own.getsockname(), timeout=1).close()
     try:
@@ -213,9 +217,8 @@ async def test_an_action_cannot_read_the_platform_or_other_containers(
         ]
         assert post(mine.url + "/init", {"value": {"code": PROBE}}, mine.secret)[0] == 200
         port = int(other.url.rsplit(":", 1)[1])
-        status, seen = post(
-            mine.url + "/run", {"value": {"paths": paths, "port": port}}, mine.secret
-        )
+        value = {"paths": paths, "port": port, "shm": MARKER if namespaced else ""}
+        status, seen = post(mine.url + "/run", {"value": value}, mine.secret)
         assert status == 200, seen
     finally:
         bystander.kill()
@@ -239,6 +242,8 @@ async def test_an_action_cannot_read_the_platform_or_other_containers(
         assert len(seen["cmdlines"]) == 1
         assert seen["reach"] is False  # no network: not the other container, not the manager
         assert seen["outside"] is False
+        assert seen["shm"] == []  # a /dev/shm of its own: the host's is not touched
+        assert not await asyncio.to_thread(os.path.exists, f"/dev/shm/{MARKER}")
     else:  # documented limits without namespaces: argv of other processes, the host network
         assert MARKER in cmdline
         assert seen["reach"] is True  # it reaches the port, but not without the secret
