@@ -78,3 +78,23 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     assert (await backend.status(handle)) is Status.GONE
     assert await run == (200, {"ok": 1})
     await backend.close()
+
+
+async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> None:
+    """A manager stopping while a stem cell is being backfilled cancels the create: the
+    runtime process it started must not outlive it unrecorded."""
+    import asyncio
+    import os
+
+    backend = LocalProcessBackend(tmp_path)
+    create = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3")))
+    while not backend._children:  # noqa: ASYNC110 - started, not yet listening: nothing to await
+        await asyncio.sleep(0.001)
+    (pid,) = backend._children
+    create.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await create
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert list((tmp_path / "containers").iterdir()) == []
+    await backend.close()

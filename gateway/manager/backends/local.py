@@ -125,7 +125,7 @@ class LocalProcessBackend:
         self._children[proc.pid] = proc
         try:
             port = await self._wait_listening(proc, stdout_path, stderr_path)
-        except BackendError:
+        except BaseException:  # failed, or cancelled (a manager stopping): leave nothing behind
             self._kill_now(proc.pid)
             shutil.rmtree(folder, ignore_errors=True)
             shutil.rmtree(workdir, ignore_errors=True)
