@@ -32,6 +32,10 @@ from gateway.router.pool import RouterPool, Slot, WarmContainer
 from gateway.runtime.app import ALREADY_INITIALIZED, init_digest
 
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
+REFUSED = (
+    "The action's container refused this router's secret; it was discarded and the activation "
+    "did not run."
+)
 FOREIGN_CODE = (
     "The action's container was initialized with other code; it was discarded and the "
     "activation did not run."
@@ -99,9 +103,11 @@ class Executor:
                 Status.DEVELOPER_ERROR, RUN_EXITED, **self._times(outcome, c, action, logs)
             )
         kw = self._times(outcome, c, action, logs)
-        if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
+        if status in (401, 503):  # refused our secret, or stopping: not the action's fault
             self._lost(c, "failed")
-            return error_outcome(Status.WHISK_ERROR, SHUTTING_DOWN, **kw)
+            return error_outcome(
+                Status.WHISK_ERROR, SHUTTING_DOWN if status == 503 else REFUSED, **kw
+            )
         if not isinstance(data, dict):
             return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
         if status == 200 and "error" not in data:
@@ -155,6 +161,8 @@ class Executor:
             ok = status == 200 or (again and data.get("digest") == init_digest(body["value"]))
             if again and not ok:
                 failure = error_outcome(Status.WHISK_ERROR, FOREIGN_CODE)
+            elif status == 401:
+                failure = error_outcome(Status.WHISK_ERROR, REFUSED)
             elif not ok:
                 message = data.get("error") if isinstance(data, dict) else None
                 failure = error_outcome(Status.DEVELOPER_ERROR, str(message or INIT_EXITED))

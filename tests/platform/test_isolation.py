@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ from gateway.manager.backends.local import LocalProcessBackend
 from gateway.manager.backends.sandboxing import SandboxOptions
 from gateway.platform.actions import ActionInfo, validate_put
 from gateway.router.activation import Status
-from gateway.router.execution import FOREIGN_CODE, Executor
+from gateway.router.execution import FOREIGN_CODE, REFUSED, Executor
 from gateway.router.pool import PoolSettings, RouterPool, WarmContainer
 from gateway.testing import FakeEventClock
 
@@ -108,6 +109,15 @@ async def test_a_router_never_uses_a_container_initialised_with_other_code(
     assert post(runtime.url + "/init", {"value": {"code": ATTACKER}}, runtime.secret)[0] == 200
     lost: list[tuple[str, str]] = []
     assert await run_cold(runtime, victim(), lost) == (Status.WHISK_ERROR, {"error": FOREIGN_CODE})
+    assert lost == [(runtime.id, "init-failed")]
+
+
+async def test_a_wrong_secret_is_a_platform_error_not_the_actions(
+    runtime: ContainerHandle,
+) -> None:
+    lost: list[tuple[str, str]] = []
+    wrong = dataclasses.replace(runtime, secret="w" * 43)
+    assert await run_cold(wrong, victim(), lost) == (Status.WHISK_ERROR, {"error": REFUSED})
     assert lost == [(runtime.id, "init-failed")]
 
 
