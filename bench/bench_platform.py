@@ -8,7 +8,10 @@ the client is one sequential aiohttp session, so latencies are per request with 
 1. Warm invoke, interleaved request by request (A B C A B C ...), p50 per round: the
    runtime's ``/run`` called directly (a separate, initialized runtime process), the same
    action through a router, and through front door + router.
-   Added p50 = p50(variant) - p50(direct) in the same round.
+   Added p50 = p50(variant) - p50(direct) in the same round. With ``--baseline-tree PATH``
+   (a checkout of another commit, e.g. ``git worktree add /tmp/base main``) the same three
+   paths of that tree run interleaved too, so a change (the container secret, the sandbox)
+   is measured against its baseline in one run.
 2. Cold start (create + init + first run, client-observed, blocking invoke of a new action):
    a manager without stem cells vs one with ``--prewarm python:3=1``, interleaved.
 3. Pause/resume: SIGSTOP+SIGCONT of a runtime process group (what the router does), and a
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import base64
 import os
+import secrets
 import select
 import signal
 import socket
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,15 +45,24 @@ from gateway.manager.backends.local import LocalProcessBackend
 IDENTITY = {"X-Remote-User": "bench", "X-Remote-Extra-Namespace": "guest"}
 KEY = "b3nch000-0000-0000-0000-000000000000:benchkey"
 NOOP = "def main(args):\n    return {'ok': True}\n"
+BASELINE = "baseline: "
 
 
-def start(args: list[str], log: Path, announce: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+def tree_env(tree: str | None) -> dict[str, str] | None:
+    """Children import ``gateway`` from ``tree`` (PYTHONPATH precedes the editable install)."""
+    return None if tree is None else {**os.environ, "PYTHONPATH": tree}
+
+
+def start(
+    args: list[str], log: Path, announce: bool = True, tree: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with open(log, "ab") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", *args],
             stdout=subprocess.PIPE if announce else err,
             stderr=err,
             stdin=subprocess.DEVNULL,
+            env=tree_env(tree),
         )
     url = ""
     if announce:
@@ -85,7 +99,14 @@ async def timed(session: aiohttp.ClientSession, method: str, url: str, **kw: Any
 
 
 class Platform:
-    def __init__(self, root: Path, name: str, *manager_args: str, front: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        *manager_args: str,
+        front: bool = False,
+        tree: str | None = None,
+    ) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         state = root / name
         state.mkdir()
@@ -100,6 +121,7 @@ class Platform:
                 *manager_args,
             ],
             state / "manager.log",
+            tree=tree,
         )
         self.procs.append(proc)
         proc, self.router = start(
@@ -117,6 +139,7 @@ class Platform:
                 "600",
             ],
             state / "router.log",
+            tree=tree,
         )
         self.procs.append(proc)
         self.front = ""
@@ -140,6 +163,7 @@ class Platform:
                 ],
                 state / "front.log",
                 announce=False,
+                tree=tree,
             )
             self.procs.append(proc)
             self.front = f"http://127.0.0.1:{port}"
@@ -162,29 +186,72 @@ class Platform:
                 proc.stdout.close()
 
 
+def plain_runtime(tree: str | None, secret: str = "") -> tuple[subprocess.Popen[bytes], str]:
+    """A runtime of ``tree`` started as the backend did before the sandbox (this interpreter,
+    no launcher); with ``secret`` it requires it."""
+    env = tree_env(tree) or dict(os.environ)
+    if secret:
+        env["APF_CONTAINER_SECRET"] = secret
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.runtime", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stdout is not None
+    port = proc.stdout.readline().decode().split()[1]
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # sentinel lines
+    return proc, f"http://127.0.0.1:{port}"
+
+
 async def warm(args: argparse.Namespace, root: Path) -> list[str]:
     platform = Platform(root, "warm", front=True)
     backend = LocalProcessBackend(root / "direct")
     direct = await backend.create(ContainerSpec("c-direct", "python:3", 256, 1))
     basic = {"Authorization": "Basic " + base64.b64encode(KEY.encode()).decode()}
+    secret = {"headers": {"Authorization": f"Bearer {direct.secret}"}}
+    base_platform: Platform | None = None
+    base_runtime: subprocess.Popen[bytes] | None = None
+    extra: list[subprocess.Popen[bytes]] = []
     try:
         async with aiohttp.ClientSession(headers=IDENTITY) as s:
-            await timed(
-                s,
-                "PUT",
-                platform.action("noop") + "?overwrite=true",
-                json={"exec": {"kind": "python:3", "code": NOOP}},
-            )
-            await timed(s, "POST", direct.url + "/init", json={"value": {"code": NOOP}})
-            variants = {
-                "direct runtime /run": (direct.url + "/run", {"value": {}}, {}),
-                "router": (platform.action("noop") + "?blocking=true&result=true", {}, {}),
-                "front door + router": (
-                    platform.action("noop", platform.front) + "?blocking=true&result=true",
+            init = {"value": {"code": NOOP}}
+            await timed(s, "POST", direct.url + "/init", json=init, **secret)
+            variants: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+                "direct runtime /run": (direct.url + "/run", {"value": {}}, secret),
+            }
+            trees: list[tuple[str, Platform]] = [("", platform)]
+            if args.baseline_tree:
+                base_platform = Platform(root, "warm-base", front=True, tree=args.baseline_tree)
+                base_runtime, base_url = plain_runtime(args.baseline_tree)
+                await timed(s, "POST", base_url + "/init", json=init)
+                plain, plain_url = plain_runtime(None, direct.secret)
+                extra.append(plain)
+                await timed(s, "POST", plain_url + "/init", json=init, **secret)
+                variants["direct runtime /run, no sandbox (secret only)"] = (
+                    plain_url + "/run",
+                    {"value": {}},
+                    secret,
+                )
+                variants[BASELINE + "direct runtime /run"] = (base_url + "/run", {"value": {}}, {})
+                trees.append((BASELINE, base_platform))
+            for prefix, p in trees:
+                await timed(
+                    s,
+                    "PUT",
+                    p.action("noop") + "?overwrite=true",
+                    json={"exec": {"kind": "python:3", "code": NOOP}},
+                )
+                variants[prefix + "router"] = (
+                    p.action("noop") + "?blocking=true&result=true",
+                    {},
+                    {},
+                )
+                variants[prefix + "front door + router"] = (
+                    p.action("noop", p.front) + "?blocking=true&result=true",
                     {},
                     {"headers": basic},
-                ),
-            }
+                )
             for url, body, kw in variants.values():  # warm up every path
                 for _ in range(50):
                     await timed(s, "POST", url, json=body, **kw)
@@ -195,30 +262,55 @@ async def warm(args: argparse.Namespace, root: Path) -> list[str]:
                 for _ in range(args.requests):  # interleaved request by request: A B C A B C
                     for name, (url, body, kw) in variants.items():
                         samples[name].append(await timed(s, "POST", url, json=body, **kw))
-                base = p50(samples["direct runtime /run"])
                 for name, xs in samples.items():
+                    direct_name = "direct runtime /run"
+                    if name.startswith(BASELINE):
+                        direct_name = BASELINE + direct_name
                     results[name].append(p50(xs))
-                    added[name].append(p50(xs) - base)
+                    added[name].append(p50(xs) - p50(samples[direct_name]))
     finally:
         await backend.remove(direct, 0)
         platform.stop()
+        if base_platform is not None:
+            base_platform.stop()
+        for proc in [*extra, *([base_runtime] if base_runtime is not None else [])]:
+            proc.kill()
+            proc.wait()
     lines = [
         "| path | p50 ms, median of rounds (min-max) | added p50 vs direct, ms |",
         "|---|---|---|",
     ]
     for name, values in results.items():
         lines.append(f"| {name} | {fmt(values)} | {fmt(added[name])} |")
+    if args.baseline_tree:
+        lines += ["", "| path | p50 ratio this tree / baseline, median of rounds (min-max) |"]
+        lines.append("|---|---|")
+        pairs = ["direct runtime /run", "router", "front door + router"]
+        for name in pairs:
+            ratios = [a / b for a, b in zip(results[name], results[BASELINE + name], strict=True)]
+            lines.append(f"| {name} | {fmt(ratios)} |")
+        plain = results["direct runtime /run, no sandbox (secret only)"]
+        ratios = [a / b for a, b in zip(plain, results[BASELINE + pairs[0]], strict=True)]
+        lines.append(f"| direct runtime /run, no sandbox (secret only) | {fmt(ratios)} |")
     return lines
 
 
 async def cold(args: argparse.Namespace, root: Path) -> list[str]:
     plain = Platform(root, "cold")
     stem = Platform(root, "stem", "--prewarm", "python:3=1")
-    out: dict[str, list[float]] = {"cold (no stem cell)": [], "cold from a stem cell": []}
+    platforms = {"cold (no stem cell)": plain, "cold from a stem cell": stem}
+    if args.baseline_tree:
+        platforms[BASELINE + "cold (no stem cell)"] = Platform(
+            root, "cold-base", tree=args.baseline_tree
+        )
+        platforms[BASELINE + "cold from a stem cell"] = Platform(
+            root, "stem-base", "--prewarm", "python:3=1", tree=args.baseline_tree
+        )
+    out: dict[str, list[float]] = {label: [] for label in platforms}
     try:
         async with aiohttp.ClientSession(headers=IDENTITY) as s:
             for i in range(args.colds):
-                for label, p in (("cold (no stem cell)", plain), ("cold from a stem cell", stem)):
+                for label, p in platforms.items():
                     name = f"a{i}"
                     await timed(
                         s,
@@ -233,8 +325,8 @@ async def cold(args: argparse.Namespace, root: Path) -> list[str]:
                         )
                     )
     finally:
-        plain.stop()
-        stem.stop()
+        for p in platforms.values():
+            p.stop()
     lines = ["| cold start | p50 ms | min | max |", "|---|---|---|---|"]
     for label, xs in out.items():
         lines.append(f"| {label} | {p50(xs):.1f} | {min(xs):.1f} | {max(xs):.1f} |")
@@ -330,7 +422,12 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--colds", type=int, default=10)
     parser.add_argument("--only", choices=["warm", "cold", "pause"], default=None)
+    parser.add_argument(
+        "--baseline-tree", default=None, help="also run the warm paths of this checkout"
+    )
     args = parser.parse_args()
+    # the manager and routers require it of each other (a baseline tree may ignore it)
+    os.environ.setdefault("APF_INTERNAL_TOKEN", secrets.token_urlsafe(32))
     parts = {"warm": warm, "cold": cold, "pause": pause}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

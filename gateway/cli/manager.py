@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MANAGER = "http://127.0.0.1:7071"
+DEFAULT_TOKEN_FILE = ".apf-gateway/internal-token"
+TOKEN_HELP = "file holding the internal token (0600; APF_INTERNAL_TOKEN wins if set)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +30,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="NAME=VALUE",
         help="kubernetes backend option (as its APF_K8S_NAME variable; the flag wins), "
-        "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11",
+        "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11; "
+        "local backend sandbox option, e.g. network=host, user=nobody (docs/platform.md)",
+    )
+    serve.add_argument(
+        "--internal-token-file",
+        default=None,
+        metavar="PATH",
+        help=TOKEN_HELP + "; created if missing (default STATE_DIR/internal-token)",
     )
     serve.add_argument("--lease-seconds", type=float, default=10.0, help="router lease length")
     serve.add_argument("--quota", type=int, default=100, help="containers per namespace")
@@ -58,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, help_ in (("drain", "upgrade-style drain"), ("containers", "list containers")):
         cmd = sub.add_parser(name, help=help_)
         cmd.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
+        cmd.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
         if name == "drain":
             cmd.add_argument("--namespace", help="only this namespace")
             cmd.add_argument("--action", help="only this action (NS/NAME or NAME)")
@@ -75,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evict.add_argument("container")
     evict.add_argument("--reason", default="upgrade", choices=["upgrade", "space", "scale-down"])
     evict.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
+    evict.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
     evict.set_defaults(func=_evict)
 
 
@@ -93,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.manager.backends import load_backend
     from gateway.manager.core import ManagerSettings
     from gateway.manager.service import ManagerService, ServiceSettings
+    from gateway.platform.internal_token import resolve
     from gateway.platform.serving import run
 
     options: dict[str, Any] = {}
@@ -103,14 +115,17 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         options[name.strip().replace("-", "_")] = value
     if args.backend == "local":
-        if options:
-            print("the local backend takes no --backend-option", file=sys.stderr)
-            return 2
         options["state_dir"] = Path(args.state_dir)
     try:
         backend = load_backend(args.backend, **options)
     except ValueError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    token_file = args.internal_token_file or Path(args.state_dir) / "internal-token"
+    try:
+        token = resolve(token_file, create=True)
+    except ValueError as exc:
+        print(f"apf-gateway manager: {exc}", file=sys.stderr)
         return 2
     settings = ServiceSettings(
         core=ManagerSettings(
@@ -123,22 +138,42 @@ def _serve(args: argparse.Namespace) -> int:
         prewarm=_pairs(args.prewarm, "--prewarm"),
         remove_on_exit=not args.keep_containers,
         eviction_retry_seconds=args.eviction_retry_seconds,
+        internal_token=token,
     )
     return run(build_app(ManagerService(backend, settings)), args.listen)
 
 
-def _call(url: str, method: str, body: dict[str, Any] | None = None) -> int:
-    code, _, answer = _request(url, method, body)
+def _token(args: argparse.Namespace) -> str | None:
+    """The internal token (file or environment); None after printing why there is none."""
+    from gateway.platform.internal_token import resolve
+
+    try:
+        return resolve(args.internal_token_file)
+    except ValueError as exc:
+        print(f"apf-gateway manager: {exc}", file=sys.stderr)
+        return None
+
+
+def _call(
+    args: argparse.Namespace, url: str, method: str, body: dict[str, Any] | None = None
+) -> int:
+    token = _token(args)
+    if token is None:
+        return 2
+    code, _, answer = _request(token, url, method, body)
     if answer is not None:
         print(json.dumps(answer, indent=2))
     return code
 
 
-def _request(url: str, method: str, body: dict[str, Any] | None) -> tuple[int, int, Any]:
+def _request(
+    token: str, url: str, method: str, body: dict[str, Any] | None
+) -> tuple[int, int, Any]:
     """(exit code, HTTP status, JSON answer or None); errors are printed to stderr."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=3600) as resp:
             return 0, resp.status, json.load(resp)
@@ -153,11 +188,14 @@ def _request(url: str, method: str, body: dict[str, Any] | None) -> tuple[int, i
 def _drain(args: argparse.Namespace) -> int:
     """Drain; with ``--wait``, again every second while busy containers are waited for."""
     body = {"namespace": args.namespace, "action": args.action}
+    token = _token(args)
+    if token is None:
+        return 2
     url = f"{args.manager}/v1/drain"
     deadline = time.monotonic() + max(0.0, args.wait)
     first: Any = None
     while True:
-        code, status, answer = _request(url, "POST", body)
+        code, status, answer = _request(token, url, "POST", body)
         first = first if first is not None else answer
         if code or status != 202 or time.monotonic() >= deadline:
             break
@@ -170,10 +208,13 @@ def _drain(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    return _call(f"{args.manager}/v1/containers", "GET")
+    return _call(args, f"{args.manager}/v1/containers", "GET")
 
 
 def _evict(args: argparse.Namespace) -> int:
     return _call(
-        f"{args.manager}/v1/containers/{args.container}/evict", "POST", {"reason": args.reason}
+        args,
+        f"{args.manager}/v1/containers/{args.container}/evict",
+        "POST",
+        {"reason": args.reason},
     )

@@ -23,6 +23,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--id", default=None, help="router id (default: host-pid)")
     parser.add_argument(
+        "--internal-token-file",
+        default=".apf-gateway/internal-token",
+        metavar="PATH",
+        help="the manager's internal token (0600; APF_INTERNAL_TOKEN wins if set)",
+    )
+    parser.add_argument(
         "--trusted-network",
         action="append",
         default=None,
@@ -51,6 +57,7 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gateway.platform.internal_token import resolve
     from gateway.platform.serving import (
         bind,
         parse_listen,
@@ -65,6 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if not args.max_blocking_wait > 0:
             raise ValueError(f"--max-blocking-wait must be positive, got {args.max_blocking_wait}")
+        token = resolve(args.internal_token_file)
         host, port = parse_listen(args.listen)
         sock = bind(host, port)
         shared = []
@@ -82,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
                 idle_timeout=args.idle_timeout,
                 action_cache_seconds=args.action_cache_seconds,
                 max_blocking_wait=args.max_blocking_wait,
+                internal_token=token,
             )
         )
     except (ValueError, OSError) as exc:

@@ -150,6 +150,17 @@ def _sweep(state: Path) -> None:
             os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGKILL)
 
 
+def _internal_token(root: Path) -> Path:
+    """A fresh internal token for this run (manager and routers require it of each other);
+    the state dir and the file are this user's only (0700 / 0600)."""
+    from gateway.platform.internal_token import write
+
+    root.chmod(0o700)
+    path = root / "internal-token"
+    write(path)
+    return path
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.platform.serving import bind, parse_listen
 
@@ -169,6 +180,7 @@ def _up(args: argparse.Namespace) -> int:
     root = Path(args.state_dir).resolve()
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    token = ["--internal-token-file", str(_internal_token(root))]
     keys = root / "openwhisk-keys"
     keys.write_text(f"{uuid}:{key},guest,guest\n")
     keys.chmod(0o600)
@@ -184,14 +196,14 @@ def _up(args: argparse.Namespace) -> int:
     shared = bind("127.0.0.1", 0, reuse_port=True)  # holds the shared port until routers bind
     shared_port = shared.getsockname()[1]
     try:
-        manager_args = ["manager", "serve", "--listen", "127.0.0.1:0"]
+        manager_args = ["manager", "serve", "--listen", "127.0.0.1:0", *token]
         manager_args += ["--state-dir", str(root / "state"), "--quota", str(args.quota)]
         if args.prewarm:
             manager_args += ["--prewarm", args.prewarm]
         manager = Child("manager", py + manager_args, logs / "manager.log")
         children.append(manager)
         for i in range(1, args.routers + 1):
-            router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}"]
+            router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}", *token]
             router_args += ["--shared-listen", f"127.0.0.1:{shared_port}"]
             router_args += [
                 "--manager",

@@ -1,7 +1,9 @@
 """The manager's JSON HTTP API (loopback; routers and operators are its only clients).
 
 See docs/platform.md, "Manager API", for the contract. Errors use the OpenWhisk shape
-``{"error": ..., "code": ...}``.
+``{"error": ..., "code": ...}``. Every route but the probes and ``/metrics`` requires the
+internal token (``gateway.platform.internal_token``) when the service has one (the CLI always
+gives one).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from gateway.manager.core import ActionSpec, Container, UnknownRouter
 from gateway.manager.policy import Reason
 from gateway.manager.service import AcquireRejected, ManagerService
 from gateway.platform.errors import error_body
+from gateway.platform.internal_token import middleware
 
 SERVICE = web.AppKey("service", ManagerService)
+OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})  # everything else: token
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -25,8 +29,9 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
     )
 
 
-def _containers(items: list[Container]) -> list[dict[str, Any]]:
-    return [c.to_json() for c in items]
+def _containers(items: list[Container], *, secret: bool = True) -> list[dict[str, Any]]:
+    """Answers to the owning router carry each container's secret; listings do not."""
+    return [c.to_json(secret=secret) for c in items]
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -168,7 +173,10 @@ async def list_containers(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     stems = [h.id for hs in service.stems.values() for h in hs]
     return web.json_response(
-        {"containers": _containers(list(service.core.containers.values())), "stems": stems}
+        {
+            "containers": _containers(list(service.core.containers.values()), secret=False),
+            "stems": stems,
+        }
     )
 
 
@@ -190,7 +198,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def build_app(service: ManagerService) -> web.Application:
-    app = web.Application()
+    token = service.settings.internal_token
+    guard = [middleware(token, lambda path: path not in OPEN_PATHS)] if token else []
+    app = web.Application(middlewares=guard)
     app[SERVICE] = service
     app.router.add_post("/v1/routers", register)
     app.router.add_get("/v1/routers", list_routers)

@@ -221,20 +221,24 @@ class ManagerCore:
         found.sort(key=lambda c: (c.state is not CState.UNASSIGNED, c.since))
         return found
 
-    def created(self, cid: str, url: str, agent: dict[str, Any]) -> Container | None:
+    def created(
+        self, cid: str, url: str, agent: dict[str, Any], secret: str = ""
+    ) -> Container | None:
         c = self.containers.get(cid)
         if c is None or c.state is not CState.CREATING:
             return None
-        c.url, c.agent = url, agent
+        c.url, c.agent, c.secret = url, agent, secret
         if c.owner in self.routers:
             self._assign(c, c.owner)
         else:
             self._unassign(c)
         return c
 
-    def adopt(self, cid: str, action: ActionSpec, url: str, agent: dict[str, Any]) -> Container:
+    def adopt(
+        self, cid: str, action: ActionSpec, url: str, agent: dict[str, Any], secret: str = ""
+    ) -> Container:
         """A container found by the backend after a restart: quarantined until claimed."""
-        c = Container(cid, action, CState.UNASSIGNED, url=url, agent=agent)
+        c = Container(cid, action, CState.UNASSIGNED, url=url, agent=agent, secret=secret)
         self.containers[cid] = c
         self._quarantine(c, 2 * self.settings.lease_seconds)
         return c

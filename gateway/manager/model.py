@@ -99,9 +99,10 @@ class Container:
     quarantine_timer: Timer | None = None
     idle_timer: Timer | None = None
     drain: str | None = None  # DRAINING: the disruption's reason, for the removal's records
+    secret: str = field(default="", repr=False)  # the runtime's; only its owner router gets it
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, secret: bool = False) -> dict[str, Any]:
+        out = {
             "id": self.id,
             "action": self.action.to_json(),
             "state": self.state.value,
@@ -109,3 +110,6 @@ class Container:
             "url": self.url,
             "agent": self.agent,
         }
+        if secret:
+            out["secret"] = self.secret
+        return out

@@ -27,11 +27,13 @@ from gateway.manager.backends.base import (
     ContainerHandle,
     ContainerSpec,
     Status,
+    new_secret,
 )
 from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, ManagerSettings
 from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
+from gateway.platform.internal_token import bearer
 
 log = logging.getLogger("gateway.manager")
 
@@ -49,6 +51,7 @@ class ServiceSettings:
     # process start, CPU-heavy) does not compete with the /init and /run it was taken for
     backfill_delay_seconds: float = 0.25
     eviction_retry_seconds: float = 5.0  # a refused eviction is tried again after this
+    internal_token: str = field(default="", repr=False)  # required on /v1/*; sent to routers
 
 
 class AcquireRejected(Exception):
@@ -76,7 +79,10 @@ class ManagerService:
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        token = self.settings.internal_token
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None), headers=bearer(token) if token else None
+        )
         for handle in await self.backend.list():
             self.handles[handle.id] = handle
             if handle.labels.get("role") == "stem":
@@ -88,7 +94,8 @@ class ManagerService:
                 log.warning("container %s has unreadable labels (%s); removing it", handle.id, exc)
                 self.spawn(self.remove(handle.id, 0.0, "unreadable"))
                 continue
-            self.core.adopt(handle.id, spec, handle.url, self.backend.agent(handle))
+            agent = self.backend.agent(handle)
+            self.core.adopt(handle.id, spec, handle.url, agent, handle.secret)
         log.info("recovered %d containers", len(self.handles))
         for kind in self.settings.prewarm:
             self.spawn(self._backfill(kind))
@@ -185,6 +192,7 @@ class ManagerService:
                     eviction=a.eviction,
                     pod_template=a.pod_template,
                     router=c.owner,
+                    secret=new_secret(),
                 )
                 handle = await self.backend.create(spec)
         except BackendError as exc:
@@ -194,7 +202,7 @@ class ManagerService:
             return None
         self.metrics.creations.labels(a.kind, source, "ok").inc()
         self.handles[c.id] = handle
-        done = self.core.created(c.id, handle.url, self.backend.agent(handle))
+        done = self.core.created(c.id, handle.url, self.backend.agent(handle), handle.secret)
         if done is None:  # removed meanwhile
             self.spawn(self.remove(c.id, 0.0, "orphaned"))
         return done
@@ -224,7 +232,12 @@ class ManagerService:
             await asyncio.sleep(delay)
             while len(self.stems.get(kind, [])) < self.settings.prewarm.get(kind, 0):
                 spec = ContainerSpec(
-                    new_container_id(), kind, STEM_MEMORY_MB, None, {"role": "stem", "kind": kind}
+                    new_container_id(),
+                    kind,
+                    STEM_MEMORY_MB,
+                    None,
+                    {"role": "stem", "kind": kind},
+                    secret=new_secret(),
                 )
                 handle = await self.backend.create(spec)
                 self.metrics.creations.labels(kind, "prewarm", "ok").inc()

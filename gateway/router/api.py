@@ -330,8 +330,7 @@ def _missing(what: str, *, authenticated: bool = True) -> Handler:
 # ---- platform ----------------------------------------------------------------------------
 async def give_back(request: web.Request) -> web.Response:
     router = request.app[ROUTER]
-    if not router.is_trusted_peer(request):
-        raise ApiError(403, "Only the manager may ask for containers back.")
+    router.check_peer(request, "Only the manager may ask for containers back.")
     data = await _body(request)
     wait = data.get("wait_seconds")
     result = await router.invoker.release_on_request(
@@ -345,8 +344,7 @@ async def give_back(request: web.Request) -> web.Response:
 async def state(request: web.Request) -> web.Response:
     """Which containers this router holds (tests, debugging; trusted peers only)."""
     router = request.app[ROUTER]
-    if not router.is_trusted_peer(request):
-        raise ApiError(403, "Only trusted peers may read the router's state.")
+    router.check_peer(request, "Only trusted peers may read the router's state.")
     pool = router.invoker.pool
     return _json(
         {

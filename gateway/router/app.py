@@ -15,6 +15,7 @@ from aiohttp import web
 from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
+from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
 from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
 from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
@@ -38,6 +39,8 @@ class RouterSettings:
     action_cache_seconds: float = 1.0
     max_blocking_wait: float = 60.0
     pool: PoolSettings = field(default_factory=PoolSettings)
+    # required (with a trusted address) from the manager and peer routers; sent to them
+    internal_token: str = field(default="", repr=False)
 
 
 class Router:
@@ -63,7 +66,10 @@ class Router:
             timeout=aiohttp.ClientTimeout(total=None),
             skip_auto_headers=("User-Agent",),
         )
-        self.manager_http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        token = self.settings.internal_token
+        self.manager_http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=30), headers=bearer(token) if token else None
+        )
         settings = InvokerSettings(
             router_id=self.settings.router_id,
             buffer_seconds=self.settings.buffer_seconds,
@@ -114,10 +120,23 @@ class Router:
         raise ApiError(401, UNAUTHENTICATED)
 
     def is_trusted_peer(self, request: web.Request) -> bool:
-        return is_trusted(request.remote, self.trusted)
+        """The manager or a peer router: a trusted address and the internal token."""
+        try:
+            self.check_peer(request, "")
+        except ApiError:
+            return False
+        return True
+
+    def check_peer(self, request: web.Request, refusal: str) -> None:
+        """401 without the internal token, 403 from an untrusted address."""
+        token = self.settings.internal_token
+        if token and not matches(request.headers.get("Authorization"), token):
+            raise ApiError(401, UNAUTHORIZED)
+        if not is_trusted(request.remote, self.trusted):
+            raise ApiError(403, refusal)
 
     def is_proxied(self, request: web.Request) -> bool:
-        return PROXIED_HEADER in request.headers and is_trusted(request.remote, self.trusted)
+        return PROXIED_HEADER in request.headers and self.is_trusted_peer(request)
 
     async def action(self, namespace: str, name: str) -> ActionInfo:
         key = (namespace, name)
@@ -189,6 +208,7 @@ class Router:
             "X-Remote-Extra-Namespace": identity.namespace,
             PROXIED_HEADER: self.settings.router_id,
             ACTIVATION_HEADER: activation_id,
+            **(bearer(self.settings.internal_token) if self.settings.internal_token else {}),
             "Content-Type": request.headers.get("Content-Type", "application/json"),
         }
         target = request.rel_url

@@ -1,5 +1,11 @@
 """One activation inside one container: ``/init`` when cold, ``/run``, the time limit, and
-the outcome (status, result, times, logs) as OpenWhisk reports it."""
+the outcome (status, result, times, logs) as OpenWhisk reports it.
+
+Every request carries the container's secret (``Authorization: Bearer``), which the manager
+gave this router with the container. A container that answers ``/init`` with "already
+initialized" is used only if the digest it reports is the digest of the code this router
+would have sent (it initialised it before a restart); anything else is discarded, so a
+container somebody else initialised never runs an activation."""
 
 from __future__ import annotations
 
@@ -23,10 +29,18 @@ from gateway.router.activation import (
 )
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
+from gateway.runtime.app import ALREADY_INITIALIZED, init_digest
 from gateway.runtime.logsplit import TRUNCATED
 
-ALREADY_INITIALIZED = "Cannot initialize the action more than once."
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
+REFUSED = (
+    "The action's container refused this router's secret; it was discarded and the activation "
+    "did not run."
+)
+FOREIGN_CODE = (
+    "The action's container was initialized with other code; it was discarded and the "
+    "activation did not run."
+)
 
 
 def _ms() -> int:
@@ -76,7 +90,7 @@ class Executor:
         }
         try:
             async with asyncio.timeout(limit):
-                status, data = await self._post(c.url + "/run", body)
+                status, data = await self._post(c, "/run", body)
         except TimeoutError:
             return error_outcome(
                 Status.DEVELOPER_ERROR,
@@ -91,9 +105,11 @@ class Executor:
                 **self._times(outcome, c, await self._lose(c, action, logs, "failed")),
             )
         kw = self._times(outcome, c, await self._logs(c, action, logs))
-        if status == 503:  # the runtime is stopping (SIGTERM): not the action's fault
+        if status in (401, 503):  # refused our secret, or stopping: not the action's fault
             self._lost(c, "failed")
-            return error_outcome(Status.WHISK_ERROR, SHUTTING_DOWN, **kw)
+            return error_outcome(
+                Status.WHISK_ERROR, SHUTTING_DOWN if status == 503 else REFUSED, **kw
+            )
         if not isinstance(data, dict):
             return error_outcome(Status.DEVELOPER_ERROR, RUN_EXITED, **kw)
         if status == 200 and "error" not in data:
@@ -137,13 +153,18 @@ class Executor:
         failure: Outcome | None = None
         try:
             async with asyncio.timeout(limit):
-                status, data = await self._post(c.url + "/init", body)
-            ok = status == 200 or (
+                status, data = await self._post(c, "/init", body)
+            again = (
                 status == 403
                 and isinstance(data, dict)
                 and data.get("error") == ALREADY_INITIALIZED
             )
-            if not ok:
+            ok = status == 200 or (again and data.get("digest") == init_digest(body["value"]))
+            if again and not ok:
+                failure = error_outcome(Status.WHISK_ERROR, FOREIGN_CODE)
+            elif status == 401:
+                failure = error_outcome(Status.WHISK_ERROR, REFUSED)
+            elif not ok:
                 message = data.get("error") if isinstance(data, dict) else None
                 failure = error_outcome(Status.DEVELOPER_ERROR, str(message or INIT_EXITED))
         except TimeoutError:
@@ -163,10 +184,11 @@ class Executor:
             )
         return failure
 
-    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
-        async with self.http.post(
-            url, data=json.dumps(body), headers={"Content-Type": "application/json"}
-        ) as resp:
+    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if c.secret:
+            headers["Authorization"] = "Bearer " + c.secret
+        async with self.http.post(c.url + path, data=json.dumps(body), headers=headers) as resp:
             raw = await resp.read()
         try:
             return resp.status, json.loads(raw) if raw else None

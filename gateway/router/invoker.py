@@ -259,7 +259,13 @@ class Invoker:
             with contextlib.suppress(OSError):
                 paused = _proc_state(int(agent["pid"])) == "T"
         container = WarmContainer(
-            data["id"], spec.key, data["url"], spec.concurrency, agent=agent, paused=paused
+            data["id"],
+            spec.key,
+            data["url"],
+            spec.concurrency,
+            agent=agent,
+            paused=paused,
+            secret=str(data.get("secret") or ""),
         )
         self.pool.add(container)
 

@@ -51,6 +51,7 @@ class WarmContainer:
     runs: int = 0
     pause_timer: Timer | None = None
     idle_timer: Timer | None = None
+    secret: str = field(default="", repr=False)  # sent on /init and /run (the runtime's)
 
     def free_slots(self) -> int:
         if self.draining or self.initializing:

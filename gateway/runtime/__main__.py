@@ -1,4 +1,11 @@
-"""``python -m gateway.runtime --host H --port N [--concurrency C]``.
+"""``python -m gateway.runtime --host H --port N [--concurrency C] [--secret-fd FD]
+[--listen-fd FD]``.
+
+The container's secret (required on every request, see ``http``) is read from the inherited
+file descriptor ``--secret-fd`` (the local backend) or taken out of the environment variable
+``APF_CONTAINER_SECRET`` (Kubernetes); without either the runtime serves anyone (direct use,
+tests, benches). ``--listen-fd`` serves on an inherited listening socket instead of binding
+(the sandbox binds before it leaves the host's network namespace).
 
 Prints ``LISTENING <port>`` as the first stdout line (port 0 picks a free one), then serves
 until SIGTERM: it stops accepting, lets the runs in flight finish, then exits 0 (whoever sent
@@ -9,16 +16,31 @@ reach the router as they happen.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
-USAGE = "usage: python -m gateway.runtime [--host H] [--port N] [--concurrency C]"
+if TYPE_CHECKING:
+    import socket
+
+USAGE = (
+    "usage: python -m gateway.runtime [--host H] [--port N] [--concurrency C] "
+    "[--secret-fd FD] [--listen-fd FD]"
+)
+SECRET_ENV = "APF_CONTAINER_SECRET"
 
 
-def _parse(argv: list[str]) -> tuple[str, int, int | None]:
+def _parse(argv: list[str]) -> tuple[str, int, int | None, dict[str, str]]:
     """Hand-rolled: ``argparse`` costs a few ms of every cold start."""
-    options = {"--host": "127.0.0.1", "--port": "8080", "--concurrency": ""}
+    options = {
+        "--host": "127.0.0.1",
+        "--port": "8080",
+        "--concurrency": "",
+        "--secret-fd": "",
+        "--listen-fd": "",
+    }
     args = list(argv)
     while args:
         flag = args.pop(0)
@@ -33,15 +55,39 @@ def _parse(argv: list[str]) -> tuple[str, int, int | None]:
     try:
         port = int(options["--port"])
         concurrency = int(options["--concurrency"]) if options["--concurrency"] else None
+        for name in ("--secret-fd", "--listen-fd"):
+            if options[name]:
+                int(options[name])
     except ValueError as exc:
         raise SystemExit(f"gateway.runtime: {exc}") from None
     if concurrency is not None and concurrency < 1:
         raise SystemExit("gateway.runtime: --concurrency must be >= 1")
-    return options["--host"], port, concurrency
+    return options["--host"], port, concurrency, options
 
 
-def main(argv: list[str]) -> None:
-    host, port, concurrency = _parse(argv)
+def read_secret(fd: str) -> bytes | None:
+    """The secret from an inherited descriptor (closed after), else from the environment
+    (removed from it, so ``os.environ`` of the action does not show it)."""
+    if fd:
+        chunks = []
+        with open(int(fd), "rb") as f:
+            while chunk := f.read(4096):
+                chunks.append(chunk)
+        secret = b"".join(chunks).strip()
+        if not secret:
+            raise SystemExit("gateway.runtime: --secret-fd gave an empty secret")
+        return secret
+    value = os.environ.pop(SECRET_ENV, "")
+    return value.encode() if value else None
+
+
+def main(
+    argv: list[str], *, secret: bytes | None = None, sock: socket.socket | None = None
+) -> None:
+    """``secret`` and ``sock`` given: called in-process by ``gateway.runtime.sandbox``."""
+    host, port, concurrency, options = _parse(argv)
+    if secret is None:
+        secret = read_secret(options["--secret-fd"])
     from gateway.runtime.app import Runtime
     from gateway.runtime.http import Stopping, listen, serve_forever
 
@@ -53,11 +99,16 @@ def main(argv: list[str]) -> None:
 
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    sock = listen(host, port)
+    if sock is None and options["--listen-fd"]:
+        import socket
+
+        sock = socket.socket(fileno=int(options["--listen-fd"]))
+    elif sock is None:
+        sock = listen(host, port)
     sys.stdout.write(f"LISTENING {sock.getsockname()[1]}\n")
     sys.stdout.flush()
     with contextlib.suppress(KeyboardInterrupt, Stopping):
-        serve_forever(sock, Runtime(concurrency))
+        serve_forever(sock, Runtime(concurrency), secret)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Status codes and messages (``platform-reference.md`` section 3; where OpenWhisk's proxies
 disagree we follow the one named):
 
-- ``POST /init``: 200 ``{"ok": true}``; 403 on a second successful init (all proxies); 403
+- ``POST /init``: 200 ``{"ok": true}``; 403 on a second successful init (all proxies), whose
+  body also carries ``digest``, the ``init_digest`` of the code the runtime holds, so that a
+  router re-adopting a container can check it runs the expected code; 403
   ``"Missing main/no code to execute."`` for empty code (Go proxy); 400 for a body that is not
   JSON / base64; 502 when the code fails to compile or execute, or ``main`` is missing.
   A failed init may be retried (the invoker destroys such a container anyway).
@@ -31,8 +33,17 @@ NOT_INITIALIZED = "The action failed to locate a binary. See logs for details."
 ALREADY_INITIALIZED = "Cannot initialize the action more than once."
 
 
-def _error(status: int, message: str) -> tuple[int, bytes]:
-    return status, json.dumps({"error": message}).encode()
+def _error(status: int, message: str, **extra: str) -> tuple[int, bytes]:
+    return status, json.dumps({"error": message, **extra}).encode()
+
+
+def init_digest(value: dict[str, Any]) -> str:
+    """A digest of an ``/init`` value (code, main, binary, env), computed alike by the router
+    from what it sends and by the runtime from what it received."""
+    import hashlib
+
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def write_sentinels() -> None:
@@ -49,6 +60,7 @@ class Runtime:
     def __init__(self, concurrency: int | None = None) -> None:
         self._concurrency = concurrency
         self._action: Action | None = None
+        self._digest = ""
         self._init_lock = threading.Lock()
 
     def __call__(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
@@ -82,7 +94,7 @@ class Runtime:
             return _error(400, 'The init body must be {"value": {...}}.')
         with self._init_lock:
             if self._action is not None:
-                return _error(403, ALREADY_INITIALIZED)
+                return _error(403, ALREADY_INITIALIZED, digest=self._digest)
             code = value.get("code")
             if not isinstance(code, str) or not code:
                 return _error(403, "Missing main/no code to execute.")
@@ -101,6 +113,7 @@ class Runtime:
             except ActionError as exc:
                 return _error(exc.status, exc.message)
             self._action = Action(main, self.concurrency())
+            self._digest = init_digest(value)
         return 200, b'{"ok": true}'
 
     def run(self, message: dict[str, Any]) -> tuple[int, bytes]:

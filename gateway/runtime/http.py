@@ -6,6 +6,11 @@ action runtime serves one client (its router) over a handful of keep-alive conne
 blocking thread per connection is both the simplest and the fastest shape; a sync ``main``
 runs right in the connection's thread.
 
+Authentication: when ``serve_forever`` is given the container's secret, every request must
+carry ``Authorization: Bearer <secret>`` (compared in constant time) or it gets 401 without
+reaching the handler, so a stranger can neither ``/init`` nor ``/run`` nor add sentinel lines
+to the activation logs.
+
 Supported: ``Content-Length`` and chunked request bodies, ``Expect: 100-continue``,
 keep-alive (HTTP/1.1 default, ``Connection: close`` honoured). Responses always carry
 ``Content-Length``.
@@ -18,6 +23,7 @@ nothing is in flight. The container's grace period (SIGKILL after it) bounds the
 
 from __future__ import annotations
 
+import hmac
 import socket
 import sys
 import threading
@@ -33,6 +39,7 @@ MAX_BODY = 64 * 1024 * 1024
 
 _REASONS = {
     200: b"OK",
+    401: b"Unauthorized",
     400: b"Bad Request",
     403: b"Forbidden",
     404: b"Not Found",
@@ -44,6 +51,9 @@ _REASONS = {
     503: b"Service Unavailable",
 }
 STOPPING_BODY = b'{"error": "The action runtime is shutting down."}'
+UNAUTHORIZED_BODY = (
+    b'{"error": "Missing or wrong container secret: send Authorization: Bearer <secret>."}'
+)
 
 
 class Stopping(Exception):
@@ -86,15 +96,16 @@ def listen(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), backlog=128)
 
 
-def serve_forever(sock: socket.socket, handler: Handler) -> None:
+def serve_forever(sock: socket.socket, handler: Handler, secret: bytes | None = None) -> None:
     """Serve until ``Stopping`` is raised here; then drain (see the module docstring)."""
     in_flight = _InFlight()
+    expected = b"Bearer " + secret if secret else None
     try:
         while True:
             conn, _ = sock.accept()
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(
-                target=_serve_connection, args=(conn, handler, in_flight), daemon=True
+                target=_serve_connection, args=(conn, handler, in_flight, expected), daemon=True
             ).start()
     except Stopping:
         sock.close()
@@ -102,7 +113,10 @@ def serve_forever(sock: socket.socket, handler: Handler) -> None:
 
 
 def _serve_connection(
-    conn: socket.socket, handler: Handler, in_flight: _InFlight | None = None
+    conn: socket.socket,
+    handler: Handler,
+    in_flight: _InFlight | None = None,
+    expected: bytes | None = None,
 ) -> None:
     rfile = conn.makefile("rb")
     try:
@@ -115,7 +129,12 @@ def _serve_connection(
                 return
             if request is None:
                 return
-            method, path, body, keep_alive = request
+            method, path, body, keep_alive, auth = request
+            if expected is not None and not hmac.compare_digest(auth, expected):
+                conn.sendall(_response(401, UNAUTHORIZED_BODY, keep_alive=keep_alive))
+                if not keep_alive:
+                    return
+                continue
             if in_flight is not None and not in_flight.enter():
                 conn.sendall(_response(503, STOPPING_BODY, keep_alive=False))
                 return
@@ -158,7 +177,7 @@ def _readline(rfile: BufferedReader) -> bytes:
 
 def _read_request(
     rfile: BufferedReader, conn: socket.socket
-) -> tuple[str, str, bytes, bool] | None:
+) -> tuple[str, str, bytes, bool, bytes] | None:
     """Parse one request; None when the client closed the connection between requests."""
     line = _readline(rfile)
     while line in (b"\r\n", b"\n"):
@@ -199,7 +218,8 @@ def _read_request(
         if len(body) != length:
             return None
     path = target.split(b"?", 1)[0].decode("latin-1")
-    return method.decode("latin-1"), path, body, keep_alive
+    auth = headers.get(b"authorization", b"")
+    return method.decode("latin-1"), path, body, keep_alive, auth
 
 
 def _read_chunked(rfile: BufferedReader) -> bytes:

@@ -43,6 +43,10 @@ async def test_a_pod_runs_the_runtime_and_serves_init_and_run(
     handle = await backend.create(action_spec("c-000000000301", EvictionSafe.ALWAYS, 4))
     assert handle.url == f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient(base_url=handle.url, timeout=10) as http:
+        # the pod's runtime requires the secret the backend generated (item 1 of issue 15)
+        stranger = await http.post("/init", json={"value": {"code": CODE, "main": "main"}})
+        assert stranger.status_code == 401
+        http.headers["Authorization"] = f"Bearer {handle.secret}"
         init = await http.post("/init", json={"value": {"code": CODE, "main": "main"}})
         assert init.status_code == 200, init.text
         run = await http.post("/run", json={"value": {"name": "pod"}})

@@ -122,4 +122,4 @@ def test_manager_serve_takes_backend_options_as_flags(capsys: pytest.CaptureFixt
     assert main([*argv, "bogus=1"]) == 2
     assert "unknown kubernetes backend options: ['bogus']" in capsys.readouterr().err
     assert main(["manager", "serve", "--backend-option", "namespace=x"]) == 2
-    assert "the local backend takes no --backend-option" in capsys.readouterr().err
+    assert "--backend-option namespace: unknown for the local backend" in capsys.readouterr().err

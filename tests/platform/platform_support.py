@@ -11,10 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from gateway.platform import internal_token
 
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
@@ -64,6 +68,10 @@ class Platform:
         self.store = f"sqlite:///{root / 'platform.db'}"
         self.manager: Proc | None = None
         self.routers: dict[str, Proc] = {}
+        # the internal token the manager and routers require of each other (and of us)
+        self.token_file = root / "internal-token"
+        self.token = internal_token.write(self.token_file)
+        self.auth = internal_token.bearer(self.token)
 
     def start_manager(self, *extra: str, port: int = 0) -> Proc:
         self.manager = Proc(
@@ -76,6 +84,8 @@ class Platform:
                 str(self.state),
                 "--grace-seconds",
                 "1",
+                "--internal-token-file",
+                str(self.token_file),
                 *extra,
             ],
             self.root / "manager.log",
@@ -95,6 +105,8 @@ class Platform:
                 self.store,
                 "--id",
                 rid,
+                "--internal-token-file",
+                str(self.token_file),
                 *extra,
             ],
             self.root / f"router-{rid}.log",
@@ -119,6 +131,18 @@ class Platform:
         for pid in self.runtime_pids():  # never leave runtimes behind, even on failure
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def post(url: str, body: dict[str, Any], secret: str = "") -> tuple[int, dict[str, Any]]:
+    """A blocking POST to a runtime (with its container secret, if given)."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    if secret:
+        request.add_header("Authorization", f"Bearer {secret}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
 
 
 def action_url(router: Proc, name: str, ns: str = "_") -> str:
@@ -159,7 +183,7 @@ def annotation(record: dict[str, Any], key: str) -> Any:
 
 async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> list[dict[str, Any]]:
     assert platform.manager is not None
-    resp = await client.get(platform.manager.url + "/v1/containers")
+    resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
     return list(resp.json()["containers"])
 
 

@@ -17,8 +17,8 @@ from gateway.manager.core import ActionSpec, CState, ManagerCore, ManagerSetting
 from gateway.testing import FakeEventClock
 
 
-async def router_state(client: httpx.AsyncClient, url: str) -> dict[str, int]:
-    resp = await client.get(url + "/_platform/v1/state")
+async def router_state(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> dict[str, int]:
+    resp = await client.get(url + "/_platform/v1/state", headers=auth)
     return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
 
 
@@ -38,20 +38,22 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
     pid = int(record["agent"]["pid"])
     running = asyncio.ensure_future(invoke(client, r, "never", {"sleep": 3}))
     for _ in range(200):
-        if (await router_state(client, r.url)).get(cid) == 1:
+        if (await router_state(client, r.url, platform.auth)).get(cid) == 1:
             break
         await asyncio.sleep(0.02)
     async with httpx.AsyncClient(timeout=5) as quick:  # it used to hang until the run ended
-        resp = await quick.post(drain_url, json={})
+        resp = await quick.post(drain_url, json={}, headers=platform.auth)
         assert resp.status_code == 202, resp.text
         body = resp.json()
         assert body["drained"] == {cid: "when-idle"} and body["kept"] == {}
         assert list(body["waiting"]) == [cid] and "busy" in body["waiting"][cid]
         await asyncio.sleep(1.0)  # several lease renewals
-        assert cid not in await router_state(client, r.url)  # not routed to, not re-adopted
+        assert cid not in await router_state(
+            client, r.url, platform.auth
+        )  # not routed to, not re-adopted
         (draining,) = await manager_containers(client, platform)
         assert draining["state"] == "draining" and draining["owner"] == "r1"
-        again = await quick.post(drain_url, json={})
+        again = await quick.post(drain_url, json={}, headers=platform.auth)
         assert again.status_code == 202 and list(again.json()["waiting"]) == [cid]
     other = await invoke(client, r, "never", {"sleep": 0})  # served by a new container
     assert other.status_code == 200 and annotation(other.json(), "container") != cid
@@ -69,7 +71,9 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
             break
         await asyncio.sleep(0.05)
     assert not alive(pid)
-    final = await client.post(drain_url, json={})  # the idle new container goes at once
+    final = await client.post(
+        drain_url, json={}, headers=platform.auth
+    )  # the idle new container goes at once
     assert final.status_code == 200 and final.json()["waiting"] == {}
     assert await manager_containers(client, platform) == []
 
@@ -86,10 +90,11 @@ async def test_manager_drain_wait_returns_once_the_busy_container_is_gone(
     cid = annotation((await invoke(client, r, "never", {"sleep": 0})).json(), "container")
     running = asyncio.ensure_future(invoke(client, r, "never", {"sleep": 2}))
     for _ in range(200):
-        if (await router_state(client, r.url)).get(cid) == 1:
+        if (await router_state(client, r.url, platform.auth)).get(cid) == 1:
             break
         await asyncio.sleep(0.02)
     argv = ["manager", "drain", "--manager", platform.manager.url, "--wait", "30"]
+    argv += ["--internal-token-file", str(platform.token_file)]
     assert await asyncio.to_thread(main, argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == {"drained": {cid: "when-idle"}, "kept": {}, "waiting": {}}

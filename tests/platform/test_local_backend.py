@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from pathlib import Path
 
 import pytest
+from platform_support import post
 
 from gateway.manager.backends import load_backend
 from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
 from gateway.manager.backends.local import LocalProcessBackend
-
-
-def post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
@@ -35,10 +25,13 @@ async def test_lifecycle_and_recovery_after_restart(tmp_path: Path) -> None:
     try:
         assert (await backend.status(handle)) is Status.RUNNING
         code = "def main(a):\n    return {'n': len(bytearray(a['mb'] * 1024 * 1024))}\n"
-        assert post(handle.url + "/init", {"value": {"code": code}})[0] == 200
-        assert post(handle.url + "/run", {"value": {"mb": 1}}) == (200, {"n": 1048576})
+        assert post(handle.url + "/init", {"value": {"code": code}}, handle.secret)[0] == 200
+        assert post(handle.url + "/run", {"value": {"mb": 1}}, handle.secret) == (
+            200,
+            {"n": 1048576},
+        )
         # limits.memory caps the address space (2 x 128 MiB + 1 GiB): 2 GiB cannot be had
-        status, body = post(handle.url + "/run", {"value": {"mb": 2048}})
+        status, body = post(handle.url + "/run", {"value": {"mb": 2048}}, handle.secret)
         assert status == 502 and "MemoryError" in str(body)
 
         await backend.pause(handle)
@@ -76,10 +69,32 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     backend = LocalProcessBackend(tmp_path)
     handle = await backend.create(ContainerSpec("c-evict", "python:3", 128, 1))
     code = "import time\ndef main(a):\n    time.sleep(0.5)\n    return {'ok': 1}\n"
-    assert post(handle.url + "/init", {"value": {"code": code}})[0] == 200
-    run = asyncio.ensure_future(asyncio.to_thread(post, handle.url + "/run", {"value": {}}))
+    assert post(handle.url + "/init", {"value": {"code": code}}, handle.secret)[0] == 200
+    run = asyncio.ensure_future(
+        asyncio.to_thread(post, handle.url + "/run", {"value": {}}, handle.secret)
+    )
     await asyncio.sleep(0.2)
     assert await backend.evict(handle, grace=5.0) is True
     assert (await backend.status(handle)) is Status.GONE
     assert await run == (200, {"ok": 1})
+    await backend.close()
+
+
+async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> None:
+    """A manager stopping while a stem cell is being backfilled cancels the create: the
+    runtime process it started must not outlive it unrecorded."""
+    import asyncio
+    import os
+
+    backend = LocalProcessBackend(tmp_path)
+    create = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3")))
+    while not backend._children:  # noqa: ASYNC110 - started, not yet listening: nothing to await
+        await asyncio.sleep(0.001)
+    (pid,) = backend._children
+    create.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await create
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert list((tmp_path / "containers").iterdir()) == []
     await backend.close()

@@ -82,6 +82,7 @@ async def test_drain_per_eviction_policy(
     from gateway.cli.main import main
 
     argv = ["manager", "drain", "--manager", platform.manager.url]
+    argv += ["--internal-token-file", str(platform.token_file)]
     assert await asyncio.to_thread(main, argv) == 0
     drained = json.loads(capsys.readouterr().out)
     assert drained["kept"] == {}
@@ -132,7 +133,9 @@ async def test_evict_api_follows_the_table(platform: Platform, client: httpx.Asy
         )
     for cid, (safe, reason, allowed) in zip(cids, EVICT_CELLS, strict=True):
         resp = await client.post(
-            f"{platform.manager.url}/v1/containers/{cid}/evict", json={"reason": reason}
+            f"{platform.manager.url}/v1/containers/{cid}/evict",
+            json={"reason": reason},
+            headers=platform.auth,
         )
         assert (resp.status_code == 200) is allowed, (safe, reason, resp.text)
         if not allowed:
@@ -174,7 +177,8 @@ async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containe
     r = platform.start_router("r1")
     assert platform.manager is not None
     for _ in range(200):
-        stems = (await client.get(platform.manager.url + "/v1/containers")).json()["stems"]
+        resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
+        stems = resp.json()["stems"]
         if stems:
             break
         await asyncio.sleep(0.05)

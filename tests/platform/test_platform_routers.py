@@ -9,8 +9,8 @@ import httpx
 from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
 
 
-async def held(client: httpx.AsyncClient, url: str) -> set[str]:
-    state = (await client.get(url + "/_platform/v1/state")).json()
+async def held(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> set[str]:
+    state = (await client.get(url + "/_platform/v1/state", headers=auth)).json()
     return {c["id"] for c in state["containers"]}
 
 
@@ -26,7 +26,7 @@ async def test_disjoint_ownership_and_proxy(platform: Platform, client: httpx.As
     assert via_r2.status_code == 200, via_r2.text
     assert via_r2.headers["x-apf-proxied-by"] == "r2"
     assert annotation(via_r2.json(), "container") == owner
-    assert await held(client, r2.url) == set()
+    assert await held(client, r2.url, platform.auth) == set()
     # a non-blocking invoke is forwarded too, under the id r2 answered with
     nb = await invoke(client, r2, "one", {"sleep": 0}, "blocking=false")
     assert nb.status_code == 202
@@ -43,7 +43,7 @@ async def test_disjoint_ownership_and_proxy(platform: Platform, client: httpx.As
     calls = [invoke(client, r, "busy", {"sleep": 0.3}) for r in (r1, r2) for _ in range(4)]
     results = await asyncio.gather(*calls)
     assert all(x.status_code == 200 for x in results)
-    h1, h2 = await held(client, r1.url), await held(client, r2.url)
+    h1, h2 = await held(client, r1.url, platform.auth), await held(client, r2.url, platform.auth)
     assert not h1 & h2
     owners = {c["id"]: c["owner"] for c in await manager_containers(client, platform)}
     assert all(owners[c] == "r1" for c in h1) and all(owners[c] == "r2" for c in h2)
@@ -72,4 +72,4 @@ async def test_dead_router_containers_are_reassigned(
     assert resp.status_code == 200, resp.text
     assert annotation(resp.json(), "container") == cid
     assert annotation(resp.json(), "initTime") is not None  # r2 (re)initialises it once
-    assert cid in await held(client, r2.url)
+    assert cid in await held(client, r2.url, platform.auth)

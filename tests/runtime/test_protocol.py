@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from gateway.runtime.app import init_digest
+
 from .conftest import StartRuntime
 
 
@@ -43,7 +45,11 @@ async def test_second_init_is_forbidden(start_runtime: StartRuntime) -> None:
         assert (await client.post("/init", json=init_body(ECHO))).status_code == 200
         again = await client.post("/init", json=init_body("def main(a): return {}"))
         assert again.status_code == 403
-        assert again.json() == {"error": "Cannot initialize the action more than once."}
+        # the digest names the code it holds (the first), so a router can tell it is its own
+        assert again.json() == {
+            "error": "Cannot initialize the action more than once.",
+            "digest": init_digest(init_body(ECHO)["value"]),
+        }
         # still the first action
         assert "args" in (await client.post("/run", json={"value": {}})).json()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -33,6 +34,7 @@ from gateway.manager.backends.base import (
     ContainerHandle,
     ContainerSpec,
     Status,
+    new_secret,
 )
 from gateway.manager.backends.k8s.api import KubeApi, KubeError
 from gateway.manager.backends.k8s.eviction import PDB_NAME, pdb_body
@@ -44,6 +46,7 @@ from gateway.manager.backends.k8s.podspec import (
     relabel_eviction,
     render_pod,
     runtime_port,
+    runtime_secret,
     selector,
 )
 from gateway.manager.backends.k8s.watch import Pod, PodWatch, failure, is_ready, is_terminating
@@ -103,6 +106,8 @@ class KubernetesBackend:
     # ---- lifecycle -----------------------------------------------------------------------
     async def create(self, spec: ContainerSpec) -> ContainerHandle:
         await self.start()
+        if not spec.secret:  # never an open runtime, whoever forgot it
+            spec = dataclasses.replace(spec, secret=new_secret())
         body, warnings = render_pod(spec, self.options, self.owner)
         for warning in warnings:
             log.warning("pod %s: %s", spec.id, warning)
@@ -246,6 +251,7 @@ class KubernetesBackend:
             labels=labels,
             created=_created(pod),
             data={"pod": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            secret=runtime_secret(pod),
         )
 
 

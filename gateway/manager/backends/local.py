@@ -1,4 +1,6 @@
-"""Containers as local runtime processes: ``python -m gateway.runtime`` on a loopback port.
+"""Containers as local runtime processes on a loopback port, each started through the
+sandbox launcher ``python -m gateway.runtime.sandbox`` (see it, and ``sandboxing`` for the
+options: uid per container, namespaces, limits, scrubbed environment, private work directory).
 
 - Each container is its own session / process group (so a terminal's Ctrl-C does not hit it
   mid-activation and signals reach everything it started); the manager stops them itself.
@@ -7,8 +9,11 @@
 - stdout/stderr go to files in the container's state directory, not pipes: a pipe would break
   the runtime when the manager restarts, and routers read the files to split the logs.
 - ``<state_dir>/containers/<id>/container.json`` records pid, port, the process start time
-  (from ``/proc``, so a reused pid is not mistaken for ours) and the labels; ``list()`` after a
-  restart returns the containers whose process is still alive and removes stale records.
+  (from ``/proc``, so a reused pid is not mistaken for ours), the labels, the uid, the work
+  directory and the container's secret; ``list()`` after a restart returns the containers
+  whose process is still alive and removes stale records. The state directory and everything
+  in it is the manager's user's only (0700 directories, 0600 files): actions run as another
+  uid and cannot read secrets, logs or records; the secret reaches the runtime over a pipe.
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
-import resource
 import shutil
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +37,11 @@ from gateway.manager.backends.base import (
     ContainerHandle,
     ContainerSpec,
     Status,
+    new_secret,
 )
+from gateway.manager.backends.sandboxing import Sandbox, SandboxOptions
 
-MIB = 1024 * 1024
+log = logging.getLogger("gateway.manager.local")
 
 
 def _start_time(pid: int) -> str | None:
@@ -63,35 +70,68 @@ class LocalProcessBackend:
         self,
         state_dir: str | Path,
         *,
-        python: str = sys.executable,
+        python: str | None = None,
         start_timeout: float = 10.0,
         host: str = "127.0.0.1",
+        **sandbox: str,
     ) -> None:
-        self.root = Path(state_dir) / "containers"
+        """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings; they win
+        over ``APF_LOCAL_<NAME>`` variables)."""
+        self.sandbox = Sandbox.resolve(SandboxOptions.from_os(sandbox), python)
+        for note in self.sandbox.notes:
+            log.warning("sandbox: %s", note)
+        self.state_dir = Path(state_dir)
+        self.root = self.state_dir / "containers"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.python = python
+        for folder in (self.state_dir, self.root):
+            folder.chmod(0o700)
+        self.python = self.sandbox.python
         self.start_timeout = start_timeout
         self.host = host
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._uids: dict[str, int] = {}  # container id -> its uid (per-container mode)
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def create(self, spec: ContainerSpec) -> ContainerHandle:
         folder = self.root / spec.id
-        folder.mkdir(parents=True, exist_ok=False)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=False)
         stdout_path, stderr_path = folder / "stdout.log", folder / "stderr.log"
-        argv = [self.python, "-m", "gateway.runtime", "--host", self.host, "--port", "0"]
+        secret = spec.secret or new_secret()  # never an open runtime, whoever forgot it
+        runtime = ["--host", self.host, "--port", "0"]
         if spec.concurrency is not None:
-            argv += ["--concurrency", str(spec.concurrency)]
-        limit = (2 * spec.memory_mb + 1024) * MIB
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
-        proc = self._spawn(argv, env, limit, stdout_path, stderr_path, folder)
+            runtime += ["--concurrency", str(spec.concurrency)]
+        try:
+            uid, gid = self.sandbox.uid_for(spec.id, set(self._uids.values()))
+            workdir = self._workdir(spec.id, uid, gid)
+        except (ValueError, OSError) as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise BackendError(f"cannot prepare the sandbox: {exc}") from exc
+        config = self.sandbox.config(
+            host=self.host,
+            runtime=runtime,
+            workdir=workdir,
+            uid=uid,
+            gid=gid,
+            memory_mb=spec.memory_mb,
+            env=spec.env,
+            secret=secret,
+        )
+        try:
+            proc = self._spawn(config, stdout_path, stderr_path)
+        except BackendError:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         self._children[proc.pid] = proc
         try:
             port = await self._wait_listening(proc, stdout_path, stderr_path)
-        except BackendError:
+        except BaseException:  # failed, or cancelled (a manager stopping): leave nothing behind
             self._kill_now(proc.pid)
             shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(workdir, ignore_errors=True)
             raise
+        if uid is not None and self.sandbox.per_container:
+            self._uids[spec.id] = uid
         record = {
             "id": spec.id,
             "pid": proc.pid,
@@ -99,37 +139,50 @@ class LocalProcessBackend:
             "start_time": _start_time(proc.pid),
             "created": time.time(),
             "labels": spec.labels,
+            "uid": uid,
+            "workdir": workdir,
+            "secret": secret,
         }
         self._write(folder, record)
         return self._handle(folder, record)
 
-    @staticmethod
-    def _spawn(
-        argv: list[str],
-        env: dict[str, str],
-        limit: int,
-        stdout_path: Path,
-        stderr_path: Path,
-        folder: Path,
-    ) -> subprocess.Popen[bytes]:
-        def preexec() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    def _workdir(self, cid: str, uid: int | None, gid: int | None) -> str:
+        """An empty directory only the container's uid may use (0700)."""
+        path = tempfile.mkdtemp(prefix=f"apf-{cid}-", dir=self.sandbox.options.workdirs or None)
+        if uid is not None and gid is not None:
+            os.chown(path, uid, gid)
+        return path
 
-        # append mode: a router may empty a file the runtime writes to (router.logs)
-        with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
+    def _spawn(
+        self, config: dict[str, Any], stdout_path: Path, stderr_path: Path
+    ) -> subprocess.Popen[bytes]:
+        argv = [self.python, "-s", "-m", "gateway.runtime.sandbox", "--config-fd"]
+        read, write = os.pipe()
+        try:
+            with os.fdopen(write, "wb") as pipe:  # small: fits the pipe buffer before start
+                pipe.write(json.dumps(config).encode())
+            # append mode: a router may empty a file the runtime writes to (router.logs)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            out = os.open(stdout_path, flags, 0o600)
+            err = os.open(stderr_path, flags, 0o600)
             try:
                 return subprocess.Popen(
-                    argv,
+                    [*argv, str(read)],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
-                    env=env,
+                    env=self.sandbox.launcher_env(),
+                    cwd="/",
+                    pass_fds=(read,),
                     start_new_session=True,
-                    preexec_fn=preexec,  # noqa: PLW1509 - only setrlimit
                 )
-            except OSError as exc:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise BackendError(f"cannot start the runtime: {exc}") from exc
+            finally:
+                os.close(out)
+                os.close(err)
+        except OSError as exc:
+            raise BackendError(f"cannot start the runtime: {exc}") from exc
+        finally:
+            os.close(read)
 
     @staticmethod
     def _first_line(path: Path) -> str | None:
@@ -176,7 +229,16 @@ class LocalProcessBackend:
                     break
                 await asyncio.sleep(0.01)
         self._reap(pid)
-        shutil.rmtree(self.root / handle.id, ignore_errors=True)
+        self._forget(self.root / handle.id)
+
+    def _forget(self, folder: Path) -> None:
+        """Remove a container's state and work directories (its process is gone)."""
+        self._uids.pop(folder.name, None)
+        with contextlib.suppress(OSError, ValueError):
+            workdir = json.loads((folder / "container.json").read_text()).get("workdir")
+            if workdir and Path(workdir).name.startswith(f"apf-{folder.name}-"):
+                shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
     async def evict(self, handle: ContainerHandle, *, grace: float) -> bool:
         """Nothing here can refuse a disruption: always a graceful ``remove``."""
@@ -211,8 +273,10 @@ class LocalProcessBackend:
                 continue
             if self._alive(int(record["pid"]), record.get("start_time")):
                 found.append(self._handle(folder, record))
+                if record.get("uid") is not None and self.sandbox.per_container:
+                    self._uids[record["id"]] = int(record["uid"])
             else:
-                shutil.rmtree(folder, ignore_errors=True)
+                self._forget(folder)
         return found
 
     async def relabel(self, handle: ContainerHandle, labels: dict[str, str]) -> ContainerHandle:
@@ -249,12 +313,15 @@ class LocalProcessBackend:
             labels=dict(record.get("labels", {})),
             created=float(record["created"]),
             data={"pid": record["pid"], "start_time": record.get("start_time")},
+            secret=str(record.get("secret", "")),
         )
 
     @staticmethod
     def _write(folder: Path, record: dict[str, Any]) -> None:
         tmp = folder / "container.json.tmp"
-        tmp.write_text(json.dumps(record))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(record))
         tmp.replace(folder / "container.json")
 
     def _alive(self, pid: int, start_time: str | None) -> bool:

@@ -8,6 +8,12 @@ template (the operator's, with the action's merged over it) and the router label
 bound to an action (a stem cell: it holds no work) is rendered ``Always``; binding it
 (``relabel``) gives it the action's policy.
 
+Isolation (our runtime image): non-root, no privilege escalation, every capability dropped,
+the default seccomp profile, a read-only root filesystem with an ``emptyDir`` ``/tmp`` (sized
+like the memory limit), no service-account token, no service links; the container's secret in
+``APF_CONTAINER_SECRET`` (the runtime takes it out of its environment at start). Only routers
+may connect (``deploy/kubernetes/base/networkpolicy.yaml``).
+
 The manager's opaque labels (``role``, ``kind``, ``memory``, ``action`` as JSON) are not valid
 Kubernetes label values, so they travel in the annotation ``apf-gateway.dev/labels``; the Pod's
 Kubernetes labels are derived from them and sanitised (action, namespace, role, router).
@@ -41,6 +47,8 @@ CONTAINER_LABEL = f"{DOMAIN}/container"
 LABELS_ANNOTATION = f"{DOMAIN}/labels"
 CONTAINER_NAME = "runtime"
 OPENWHISK_PORT = 8080  # the action-proxy protocol fixes it for OpenWhisk images
+SECRET_ENV = "APF_CONTAINER_SECRET"  # gateway.runtime.__main__ reads (and removes) it
+TMP_VOLUME = "tmp"
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -157,6 +165,10 @@ def render_pod(
             "enableServiceLinks": False,
         }
     )
+    if ours:  # the read-only root filesystem leaves actions a private, bounded /tmp
+        volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != TMP_VOLUME]
+        tmp = {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": f"{spec.memory_mb}Mi"}}
+        pod_spec["volumes"] = [*volumes, tmp]
     metadata: dict[str, Any] = {
         "name": spec.id,
         "namespace": options.namespace,
@@ -181,6 +193,16 @@ def render_pod(
     return body, warnings
 
 
+def runtime_secret(pod: dict[str, Any]) -> str:
+    """The container's secret, from the pod's runtime container (a manager restart)."""
+    for container in pod.get("spec", {}).get("containers") or []:
+        if container.get("name") == CONTAINER_NAME:
+            for item in container.get("env") or []:
+                if item.get("name") == SECRET_ENV:
+                    return str(item.get("value", ""))
+    return ""
+
+
 def runtime_port(pod: dict[str, Any], default: int) -> int:
     """The port the pod's runtime container serves on."""
     for container in pod.get("spec", {}).get("containers") or []:
@@ -196,8 +218,8 @@ def _container(
     port = options.runtime_port if ours else OPENWHISK_PORT
     memory = f"{spec.memory_mb}Mi"
     cpu = _quantity_cpu(spec.memory_mb / 1024 * options.cpu_per_gib)
-    env = [e for e in base.get("env") or [] if e.get("name") not in spec.env]
-    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env = [e for e in base.get("env") or [] if e.get("name") not in (*spec.env, SECRET_ENV)]
+    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items()) if k != SECRET_ENV]
     container: dict[str, Any] = {
         **base,
         "name": CONTAINER_NAME,
@@ -218,9 +240,14 @@ def _container(
         container["securityContext"] = {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         }
+        mounts = [m for m in base.get("volumeMounts") or [] if m.get("name") != TMP_VOLUME]
+        container["volumeMounts"] = [*mounts, {"name": TMP_VOLUME, "mountPath": "/tmp"}]
+        if spec.secret:
+            env.append({"name": SECRET_ENV, "value": spec.secret})
     elif spec.concurrency is not None and spec.concurrency > 1:
         env.append({"name": "__OW_ALLOW_CONCURRENT", "value": "true"})
     if env:
