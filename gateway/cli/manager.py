@@ -42,6 +42,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="retry a refused eviction (a disruption budget) after this long",
     )
     serve.add_argument(
+        "--router-wait-seconds",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM, wait up to this long for routers to deregister before removing "
+        "containers (default 0: do not wait; 'apf-gateway up' sets 35)",
+    )
+    serve.add_argument(
         "--unassigned-idle-seconds", type=float, default=600.0, help="remove unowned containers"
     )
     serve.add_argument(
@@ -114,8 +122,10 @@ def _serve(args: argparse.Namespace) -> int:
         prewarm=_pairs(args.prewarm, "--prewarm"),
         remove_on_exit=not args.keep_containers,
         eviction_retry_seconds=args.eviction_retry_seconds,
+        router_wait_seconds=args.router_wait_seconds,
     )
-    return run(build_app(ManagerService(backend, settings)), args.listen)
+    service = ManagerService(backend, settings)
+    return run(build_app(service), args.listen, drain=service.wait_for_routers)
 
 
 def _call(url: str, method: str, body: dict[str, Any] | None = None) -> int:

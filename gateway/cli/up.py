@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
-import select
 import signal
 import socket
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from gateway.supervision import Spec, StartError, Supervisor
 
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
@@ -30,30 +30,64 @@ DEFAULT_API_KEY = (
     "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 )
 
+#: How long a stopping router may take to finish its activations (aiohttp's shutdown timeout).
+ROUTER_DRAIN_SECONDS = 30.0
+
+DESCRIPTION = """\
+Run the whole platform on this machine: the front door (authentication, API Priority and
+Fairness) on --listen, N routers (the OpenWhisk action API) behind it and the container
+manager, each a child process logging to STATE-DIR/logs.
+
+Failures: a child that exits while starting stops 'up' at once with its last log line. Once
+up, a child that exits is restarted (back-off 0.5 s doubling to 30 s, reset after 60 s of
+healthy running); an activation whose router died is recorded as a 'whisk internal error'.
+Ctrl-C or SIGTERM stops the front door, then the routers (they finish what they run), then
+the manager (it removes the containers). If 'up' itself is killed, its children stop in the
+same order on their own.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("up", help="run front door + routers + manager locally")
-    parser.add_argument(
-        "--listen", default="127.0.0.1:3233", help="front door HOST:PORT (default 127.0.0.1:3233)"
+    parser = subparsers.add_parser(
+        "up",
+        help="run front door + routers + manager locally",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--routers", type=int, default=2, help="number of routers (default 2)")
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:3233",
+        metavar="HOST:PORT",
+        help="front door address; port 0 picks a free port, printed when up "
+        "(default 127.0.0.1:3233)",
+    )
+    parser.add_argument(
+        "--routers", type=int, default=2, metavar="N", help="number of routers (default 2)"
+    )
     parser.add_argument(
         "--state-dir",
         default=".apf-gateway",
-        help="store, keys, containers, logs (default .apf-gateway)",
+        metavar="DIR",
+        help="store, keys, containers and logs (default .apf-gateway)",
     )
     parser.add_argument(
         "--api-key",
         default=DEFAULT_API_KEY,
-        help="UUID:KEY for namespace guest (default: the well-known OpenWhisk standalone key)",
+        metavar="UUID:KEY",
+        help="API key of namespace guest (default: the well-known OpenWhisk standalone key)",
     )
     parser.add_argument(
         "--prewarm",
         default="python:3=1",
-        help="stem cells KIND=N, '' for none (default python:3=1)",
+        metavar="KIND=N",
+        help="stem cells kept ready per runtime kind, '' for none (default python:3=1)",
     )
     parser.add_argument(
-        "--quota", type=int, default=100, help="containers per namespace (default 100)"
+        "--quota",
+        type=int,
+        default=100,
+        metavar="N",
+        help="containers per namespace (default 100)",
     )
     parser.add_argument(
         "--config",
@@ -62,57 +96,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="PATH",
         help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
-        "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change",
+        "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change "
+        "(default: none, Kubernetes' built-in objects)",
     )
     parser.set_defaults(func=_up)
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _free_port(host: str, port: int) -> int:
+    """Check that ``host:port`` can be bound (as the front door will bind it) and return the
+    port; port 0 picks a free one. ``OSError`` says why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        return int(sock.getsockname()[1])
 
 
-class Child:
-    def __init__(self, name: str, argv: list[str], log: Path, announce: bool = True) -> None:
-        self.name = name
-        self.log = log
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if announce else err,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
-            )
-        self.url = ""
-        if announce:
-            assert self.proc.stdout is not None
-            ready, _, _ = select.select([self.proc.stdout], [], [], 20)
-            line = self.proc.stdout.readline().decode() if ready else ""
-            if not line.startswith("LISTENING "):
-                raise RuntimeError(f"{name} did not start; see {log}")
-            self.url = line.split()[1]
+def _probe(host: str, port: int) -> Callable[[], bool]:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
 
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+    def accepts() -> bool:
+        try:
+            with socket.create_connection((target, port), 0.2):
+                return True
+        except OSError:
+            return False
 
-
-def _wait_http(host: str, port: int, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
-            return True
-        time.sleep(0.05)
-    return False
+    return accepts
 
 
 def _sweep(state: Path) -> None:
@@ -122,28 +132,39 @@ def _sweep(state: Path) -> None:
             os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGKILL)
 
 
+def _fail(message: str) -> int:
+    print(f"apf-gateway up: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.platform.serving import bind, parse_listen
 
     uuid, sep, key = args.api_key.partition(":")
     if not sep or not uuid or not key:
-        print("--api-key must be UUID:KEY", file=sys.stderr)
-        return 2
+        return _fail("--api-key must be UUID:KEY")
     if args.routers < 1:
-        print("--routers must be >= 1", file=sys.stderr)
-        return 2
+        return _fail("--routers must be >= 1")
+    if args.quota < 1:
+        return _fail("--quota must be >= 1")
+    for path in args.config:
+        if not Path(path).exists():
+            return _fail(f"--config {path}: no such file or directory")
     try:
         host, port = parse_listen(args.listen, 3233)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        port = _free_port(host, port)
+    except (ValueError, OSError) as exc:
+        return _fail(f"cannot listen on {args.listen}: {_reason(exc)}")
     root = Path(args.state_dir).resolve()
     logs = root / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     keys = root / "openwhisk-keys"
-    keys.write_text(f"{uuid}:{key},guest,guest\n")
-    keys.chmod(0o600)
-    py = [sys.executable, "-m", "gateway"]
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        keys.write_text(f"{uuid}:{key},guest,guest\n")
+        keys.chmod(0o600)
+        manager_port = _free_port("127.0.0.1", 0)
+    except OSError as exc:
+        return _fail(f"cannot use --state-dir {args.state_dir}: {_reason(exc)}")
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -151,58 +172,63 @@ def _up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    children: list[Child] = []
+
+    def report(message: str) -> None:
+        print(f"apf-gateway up: {message}", file=sys.stderr, flush=True)
+
+    supervisor = Supervisor(report=report)
     shared = bind("127.0.0.1", 0, reuse_port=True)  # holds the shared port until routers bind
     shared_port = shared.getsockname()[1]
+    manager_url = f"http://127.0.0.1:{manager_port}"
+    py = [sys.executable, "-m", "gateway"]
+    return_code = 0
     try:
-        manager_args = ["manager", "serve", "--listen", "127.0.0.1:0"]
+        manager_args = ["manager", "serve", "--listen", f"127.0.0.1:{manager_port}"]
         manager_args += ["--state-dir", str(root / "state"), "--quota", str(args.quota)]
+        manager_args += ["--router-wait-seconds", str(ROUTER_DRAIN_SECONDS + 5)]
         if args.prewarm:
             manager_args += ["--prewarm", args.prewarm]
-        manager = Child("manager", py + manager_args, logs / "manager.log")
-        children.append(manager)
+        supervisor.add(Spec("manager", py + manager_args, logs / "manager.log"))
         for i in range(1, args.routers + 1):
             router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}"]
             router_args += ["--shared-listen", f"127.0.0.1:{shared_port}"]
-            router_args += [
-                "--manager",
-                manager.url,
-                "--store",
-                f"sqlite:///{root / 'platform.db'}",
-            ]
-            children.append(Child(f"router-{i}", py + router_args, logs / f"router-{i}.log"))
-        shared.close()
+            router_args += ["--manager", manager_url]
+            router_args += ["--store", f"sqlite:///{root / 'platform.db'}"]
+            spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
+            supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]
         front_args += ["--upstream", f"http://127.0.0.1:{shared_port}"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
-        front = Child("front door", py + front_args, logs / "front-door.log", announce=False)
-        children.append(front)
-        if not _wait_http(host, port) or front.proc.poll() is not None:
-            raise RuntimeError(f"the front door did not start; see {front.log}")
-        api = f"http://{host}:{port}"
+        front = Spec("front-door", py + front_args, logs / "front-door.log", announce=False)
+        supervisor.add(front, probe=_probe(host, port))
+        supervisor.wait_ready()
+        shared.close()
+        shown = f"[{host}]" if ":" in host else host
+        api = f"http://{shown}:{port}"
+        routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
         print(f"apf-gateway is up: {api}", flush=True)
         print(f"  API key (namespace guest): {args.api_key}")
         print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
-        print(f"  manager: {manager.url}   routers: {' '.join(c.url for c in children[1:-1])}")
+        print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
-            if any(c.proc.poll() is not None for c in children):
-                dead = [c.name for c in children if c.proc.poll() is not None]
-                print(f"stopping: {', '.join(dead)} exited (see {logs})", file=sys.stderr)
-                return_code = 1
-                break
-            time.sleep(0.2)
-        else:
-            return_code = 0
-    except RuntimeError as exc:
-        print(f"apf-gateway up: {exc}", file=sys.stderr)
+            supervisor.tick()
+            time.sleep(0.1)
+    except (StartError, OSError) as exc:
+        report(str(exc))
         return_code = 1
     finally:
         shared.close()
-        for child in reversed(children):  # front door, routers, then the manager
-            child.stop()
+        supervisor.stop()  # front door, routers, then the manager
         _sweep(root / "state")
     print("apf-gateway stopped", flush=True)
     return return_code
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc)

@@ -49,6 +49,9 @@ class ServiceSettings:
     # process start, CPU-heavy) does not compete with the /init and /run it was taken for
     backfill_delay_seconds: float = 0.25
     eviction_retry_seconds: float = 5.0  # a refused eviction is tried again after this
+    # on SIGTERM, wait this long for routers to finish and deregister before removing the
+    # containers they may still be running activations in (0: do not wait)
+    router_wait_seconds: float = 0.0
 
 
 class AcquireRejected(Exception):
@@ -101,6 +104,22 @@ class ManagerService:
         if not self.started:
             return False, "recovering the backend's containers"
         return True, "ok"
+
+    async def wait_for_routers(self) -> None:
+        """Shutdown, before containers go: routers stopping beside us (``apf-gateway up``
+        killed, every child told at once) finish their activations first. Ends when every
+        router has deregistered or lost its lease, or after ``router_wait_seconds``."""
+        self.stopping = True
+        wait = self.settings.router_wait_seconds
+        if wait <= 0 or not self.settings.remove_on_exit or not self.core.routers:
+            return
+        log.info("stopping: waiting up to %gs for %d routers", wait, len(self.core.routers))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while self.core.routers and loop.time() < deadline:  # noqa: ASYNC110 - the pure core signals nothing
+            await asyncio.sleep(0.1)
+        if self.core.routers:
+            log.warning("stopping with routers still registered: %s", sorted(self.core.routers))
 
     async def stop(self) -> None:
         self.stopping = True

@@ -10,7 +10,7 @@ import asyncio
 import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -45,10 +45,14 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+Drain = Callable[[], Awaitable[None]]
+
+
 async def serve_until_signal(
-    app: web.Application, sock: socket.socket, *more: socket.socket
+    app: web.Application, sock: socket.socket, *more: socket.socket, drain: Drain | None = None
 ) -> None:
-    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM."""
+    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM; then await
+    ``drain`` (still serving: peers may need us to finish) before shutting down."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
     await runner.setup()
     for s in (sock, *more):
@@ -60,18 +64,20 @@ async def serve_until_signal(
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
+        if drain is not None:
+            await drain()
     finally:
         await runner.cleanup()
 
 
-def run(app: web.Application, listen: str) -> int:
+def run(app: web.Application, listen: str, drain: Drain | None = None) -> int:
     try:
         host, port = parse_listen(listen)
         sock = bind(host, port)
     except (ValueError, OSError) as exc:
         print(f"cannot listen on {listen}: {exc}", file=sys.stderr)
         return 2
-    run_async(serve_until_signal(app, sock))
+    run_async(serve_until_signal(app, sock, drain=drain))
     return 0
 
 

@@ -95,6 +95,7 @@ class Router:
 
     async def stop(self) -> None:
         self.draining = True
+        await self.invoker.wait_idle()  # activations still running keep the lease alive
         self._lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease

@@ -355,10 +355,14 @@ class Invoker:
                 lease = 1.0
             await asyncio.sleep(max(0.05, lease / 3))
 
-    async def close(self) -> None:
-        """Wait for background work, give every container back, leave the manager."""
+    async def wait_idle(self) -> None:
+        """Until background work (detached activations, give-backs) has finished."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Wait for background work, give every container back, leave the manager."""
+        await self.wait_idle()
         with contextlib.suppress(ManagerUnavailable):
             await self.manager.deregister(self.settings.router_id)
         for tail in self.logs.values():
