@@ -92,9 +92,19 @@ class ManagerCore:
 
     # ---- routers -------------------------------------------------------------------------
     def register(self, router_id: str, url: str, holdings: Iterable[str] = ()) -> list[Container]:
+        """A router (re)joins, offering the containers it holds.
+
+        A router registers while its lease still runs only when it is a new process under the
+        same id (its predecessor died): the predecessor's containers it does not hold may
+        still be running the activations that died with it, so they are quarantined."""
+        held = set(holdings)
+        if router_id in self.routers:
+            for c in list(self.containers.values()):
+                if c.owner == router_id and c.state is CState.ASSIGNED and c.id not in held:
+                    self._quarantine(c, c.action.timeout_ms / 1000)
         expires = self.clock.now() + self.settings.lease_seconds
         self.routers[router_id] = RouterLease(router_id, url, expires)
-        for cid in holdings:
+        for cid in held:
             c = self.containers.get(cid)
             if c is None or c.state is CState.REMOVING:
                 continue

@@ -149,6 +149,9 @@ async def invoke(request: web.Request) -> web.Response:
     given = request.headers.get(ACTIVATION_HEADER, "")
     activation_id = given if proxied and is_activation_id(given) else new_activation_id()
     header = {"x-openwhisk-activation-id": activation_id}
+    # durable before the id is handed out or the action runs: should this router die, the
+    # next one started under its id records the activation (a whisk internal error)
+    await router.writer.mark(router.failure_record(action, identity, activation_id))
     task = router.invoker.spawn(
         router.execute(
             action,
@@ -169,10 +172,12 @@ async def invoke(request: web.Request) -> web.Response:
     try:
         record = task.result()
     except ProxyTo as exc:
+        router.writer.unmark(activation_id)  # the peer router marks it
         if proxied:  # never a second hop
             raise ApiError(503, "The action's containers moved; try again.") from None
         return await router.forward(exc.urls, request, raw, identity, activation_id)
     except Throttled as exc:
+        router.writer.unmark(activation_id)  # refused: no activation
         raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
     status = 200 if record["response"]["success"] else 502
     body = record["response"]["result"] if result_only else record
@@ -191,12 +196,16 @@ def _detached(
     """An invoke already answered with 202 ended without a record: forward it to the peer
     router the manager named, or record the throttling, so the activation id resolves."""
     if task.cancelled():
-        return
+        return  # the in-flight mark stays: the router's next run records it
     exc = task.exception()
     if isinstance(exc, ProxyTo) and not router.is_proxied(request):  # never a second hop
-        router.invoker.spawn(router.forward(exc.urls, request, raw, identity, activation_id))
+        router.invoker.spawn(
+            router.forward_detached(exc.urls, request, raw, identity, action, activation_id)
+        )
     elif isinstance(exc, (ProxyTo, Throttled)):
         router.record_throttled(action, identity, activation_id)
+    elif exc is not None:
+        router.writer.submit(router.failure_record(action, identity, activation_id, str(exc)))
 
 
 # ---- activations -------------------------------------------------------------------------

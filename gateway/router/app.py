@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,12 +16,21 @@ from aiohttp import web
 from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, ApiError
-from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
+from gateway.router.activation import (
+    ROUTER_LOST,
+    THROTTLED,
+    Outcome,
+    Status,
+    compose,
+    error_outcome,
+)
 from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
+
+log = logging.getLogger("gateway.router")
 
 PROXIED_HEADER = "X-Apf-Proxied-By"
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
@@ -56,8 +66,9 @@ class Router:
         self.store = open_store(self.settings.store_url)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
-        self.writer = ActivationWriter(cast("Store", counted))
+        self.writer = ActivationWriter(cast("Store", counted), owner=self.settings.router_id)
         await self.writer.start()
+        await self._recover()
         self.http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
             timeout=aiohttp.ClientTimeout(total=None),
@@ -76,6 +87,28 @@ class Router:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(5):
                 await self.invoker.registered.wait()
+
+    async def _recover(self) -> None:
+        """Activations a previous process of this router id left running when it died get
+        their ``whisk internal error`` record now (``apf-gateway up`` restarts a router under
+        the same id)."""
+        from gateway.store import StoreError
+
+        try:
+            records = await self.store.recover_in_flight(
+                self.settings.router_id, int(time.time() * 1000)
+            )
+        except StoreError as exc:
+            log.error("cannot record the activations a previous run left unfinished: %s", exc)
+            return
+        if records:
+            log.warning(
+                "recorded %d activations left unfinished by a previous run of router %s as "
+                "whisk internal errors: %s",
+                len(records),
+                self.settings.router_id,
+                " ".join(r["activationId"] for r in records),
+            )
 
     def _held(self) -> list[WarmContainer]:
         invoker: Invoker | None = getattr(self, "invoker", None)
@@ -161,6 +194,33 @@ class Router:
         record = compose(activation_id, action, identity.subject, outcome)
         self.writer.submit(record)
         return record
+
+    def failure_record(
+        self, action: ActionInfo, identity: Identity, activation_id: str, message: str = ROUTER_LOST
+    ) -> dict[str, Any]:
+        """A ``whisk internal error`` record starting now: what an in-flight mark keeps, and
+        what is written when an activation already answered with 202 cannot run."""
+        outcome = error_outcome(Status.WHISK_ERROR, message)
+        outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
+        return compose(activation_id, action, identity.subject, outcome)
+
+    async def forward_detached(
+        self,
+        urls: list[str],
+        request: web.Request,
+        body: bytes,
+        identity: Identity,
+        action: ActionInfo,
+        activation_id: str,
+    ) -> None:
+        """Hand an activation answered with 202 to the peer owning the containers; the peer
+        marks it under its own id, so ours goes; if no peer answers, record the failure."""
+        try:
+            await self.forward(urls, request, body, identity, activation_id)
+        except ApiError as exc:
+            self.writer.submit(self.failure_record(action, identity, activation_id, exc.message))
+        else:
+            self.writer.unmark(activation_id)
 
     def record_throttled(
         self, action: ActionInfo, identity: Identity, activation_id: str

@@ -9,6 +9,12 @@ JSON-serialisable (they would fail forever); ``close`` writes everything pending
 and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
 graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
 
+In-flight marks (``mark``) are the exception to batching-by-delay: the caller awaits the
+durable mark before the activation runs, so marks go at once, grouped with whatever other
+marks arrive while one write is under way (group commit). A mark that cannot be written is
+logged and the activation runs anyway, unprotected: the store being down must not stop
+invocations. A record written later removes its mark (same transaction).
+
 Time goes through an injected event clock (``gateway.testing.FakeEventClock`` in tests).
 """
 
@@ -37,6 +43,7 @@ class ActivationWriter:
         max_batch: int = 100,
         max_delay: float = 0.05,
         clock: EventClock | None = None,
+        owner: str = "",
     ) -> None:
         if max_batch < 1 or max_delay < 0:
             raise ValueError("max_batch must be >= 1 and max_delay >= 0")
@@ -54,6 +61,10 @@ class ActivationWriter:
         self._closing = False
         self._failures = 0
         self.batches_written = 0
+        self.owner = owner  # the router id that in-flight marks are recorded under
+        self._marks: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._drops: list[str] = []
+        self._marker: asyncio.Task[None] | None = None
 
     def submit(self, record: dict[str, Any]) -> None:
         """Queue ``record``; never blocks, never awaits. A later submit of the same id wins."""
@@ -68,6 +79,38 @@ class ActivationWriter:
             self._due.set()
         elif self._timer is None and not self._due.is_set():
             self._timer = self._clock.call_later(self._max_delay, self._due.set)
+
+    async def mark(self, record: dict[str, Any]) -> None:
+        """Return once ``record`` (the failure record to write should this process die
+        before the activation's own record) is durably marked in flight, or failed to be."""
+        future = asyncio.get_running_loop().create_future()
+        self._marks.append((record, future))
+        self._kick_marker()
+        await future
+
+    def unmark(self, activation_id: str) -> None:
+        """Forget a mark without waiting (the activation ended elsewhere or was refused)."""
+        self._drops.append(activation_id)
+        self._kick_marker()
+
+    def _kick_marker(self) -> None:
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.ensure_future(self._write_marks())
+
+    async def _write_marks(self) -> None:
+        while self._marks or self._drops:
+            marks, self._marks = self._marks, []
+            drops, self._drops = self._drops, []
+            try:
+                if drops:
+                    await self._store.drop_in_flight(drops)
+                if marks:
+                    await self._store.mark_in_flight(self.owner, [r for r, _ in marks])
+            except Exception:
+                log.exception("cannot mark %d activations in flight", len(marks))
+            for _, future in marks:
+                if not future.done():
+                    future.set_result(None)
 
     @property
     def pending(self) -> int:
@@ -90,6 +133,8 @@ class ActivationWriter:
 
     async def close(self) -> None:
         self._closing = True
+        if self._marker is not None:
+            await asyncio.gather(self._marker, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
