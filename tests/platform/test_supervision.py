@@ -1,0 +1,153 @@
+"""Process supervision: the back-off policy on a fake clock, the shell on real processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.supervision import (
+    Backoff,
+    BackoffSettings,
+    Spec,
+    StartError,
+    Supervisor,
+    describe_exit,
+    last_line,
+)
+from gateway.testing import FakeEventClock
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    clock = FakeEventClock()
+    backoff = Backoff(clock, BackoffSettings(0.5, 2.0, 4.0, 60.0))
+    delays = []
+    for _ in range(6):
+        backoff.started()
+        clock.advance(1.0)  # crashes after a second: never healthy
+        delays.append(backoff.exited())
+    assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert backoff.restarts == 6
+
+
+def test_backoff_resets_after_a_healthy_run() -> None:
+    clock = FakeEventClock()
+    backoff = Backoff(clock, BackoffSettings(0.5, 2.0, 30.0, 60.0))
+    for _ in range(3):
+        backoff.started()
+        clock.advance(1.0)
+        backoff.exited()
+    backoff.started()
+    clock.advance(59.0)
+    assert backoff.exited() == 4.0  # 59 s is not yet healthy
+    backoff.started()
+    clock.advance(60.0)
+    assert backoff.exited() == 0.5  # a full healthy period: back to the start
+    assert backoff.restarts == 5
+
+
+def test_backoff_settings_are_checked() -> None:
+    with pytest.raises(ValueError):
+        BackoffSettings(initial_seconds=5.0, max_seconds=1.0)
+    with pytest.raises(ValueError):
+        BackoffSettings(factor=0.5)
+
+
+def test_last_line_reads_only_what_this_run_wrote(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("old failure\n")
+    offset = log.stat().st_size
+    assert last_line(log, offset) == ""
+    with open(log, "a") as f:
+        f.write("starting\nboom: the reason\n\n")
+    assert last_line(log, offset) == "boom: the reason"
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(3) == "exit code 3"
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_child_exiting_at_start_is_reported_at_once_with_its_last_line(tmp_path: Path) -> None:
+    supervisor = Supervisor(report=lambda _: None, start_timeout=30)
+    supervisor.add(
+        Spec(
+            "ok",
+            _python("import time; print('LISTENING http://x:1', flush=True); time.sleep(60)"),
+            tmp_path / "ok.log",
+        )
+    )
+    supervisor.add(
+        Spec(
+            "bad",
+            _python("import sys; print('bad: no such thing', file=sys.stderr); sys.exit(2)"),
+            tmp_path / "bad.log",
+        )
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(StartError, match=r"bad exited at start \(exit code 2\): bad: no such"):
+            supervisor.wait_ready()
+        assert time.monotonic() - started < 5  # not the 30 s start timeout
+    finally:
+        supervisor.stop()
+    assert all(c.proc.poll() is not None for c in supervisor.children())
+
+
+def test_a_dead_child_is_restarted_with_back_off_and_stops_in_reverse_order(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "order"
+    serve = (
+        "import signal, sys, time\n"
+        "name = sys.argv[1]\n"
+        "def bye(*_):\n"
+        f"    open({str(marker)!r}, 'a').write(name + '\\n'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('LISTENING http://127.0.0.1:1/' + name, flush=True)\n"
+        "print('serving', name, file=sys.stderr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    reports: list[str] = []
+    settings = BackoffSettings(initial_seconds=0.2, factor=2.0, max_seconds=1.0)
+    supervisor = Supervisor(settings=settings, report=reports.append)
+    try:
+        first = supervisor.add(Spec("a", [*_python(serve), "a"], tmp_path / "a.log"))
+        supervisor.add(Spec("b", [*_python(serve), "b"], tmp_path / "b.log"))
+        supervisor.wait_ready(30)
+        first.proc.kill()
+        first.proc.wait()
+        deadline = time.monotonic() + 30
+        while not any("serving again" in r for r in reports) and time.monotonic() < deadline:
+            supervisor.tick()
+            time.sleep(0.05)
+        assert reports[0] == "a exited (killed by SIGKILL): serving a; restart 1 in 0.2 s"
+        assert "a is serving again at http://127.0.0.1:1/a (restart 1)" in reports
+        again = supervisor.child("a")
+        assert again is not None and again is not first and again.proc.poll() is None
+        assert supervisor.restarts("a") == 1 and supervisor.restarts("b") == 0
+    finally:
+        supervisor.stop()
+    assert marker.read_text().split() == ["b", "a"]
+
+
+def test_a_child_that_may_not_restart_is_reported(tmp_path: Path) -> None:
+    reports: list[str] = []
+    supervisor = Supervisor(report=reports.append)
+    child = supervisor.add(
+        Spec(
+            "once",
+            _python("import sys; sys.exit(3)"),
+            tmp_path / "o.log",
+            announce=False,
+            restart=False,
+        ),
+        probe=lambda: True,
+    )
+    child.proc.wait()
+    assert supervisor.tick() == ["once"]
+    assert reports == ["once exited (exit code 3): (nothing in its log)"]
+    supervisor.stop()
