@@ -99,9 +99,9 @@ class ManagerCore:
         still be running the activations that died with it, so they are quarantined."""
         held = set(holdings)
         if router_id in self.routers:
-            for c in list(self.containers.values()):
-                if c.owner == router_id and c.state is CState.ASSIGNED and c.id not in held:
-                    self._quarantine(c, c.action.timeout_ms / 1000)
+            for old in list(self.containers.values()):
+                if old.owner == router_id and old.state is CState.ASSIGNED and old.id not in held:
+                    self._quarantine(old, old.action.timeout_ms / 1000)
         expires = self.clock.now() + self.settings.lease_seconds
         self.routers[router_id] = RouterLease(router_id, url, expires)
         for cid in held:
