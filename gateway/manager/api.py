@@ -7,6 +7,7 @@ See docs/platform.md, "Manager API", for the contract. Errors use the OpenWhisk 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -17,6 +18,7 @@ from gateway.manager.service import AcquireRejected, ManagerService
 from gateway.platform.errors import error_body
 
 SERVICE = web.AppKey("service", ManagerService)
+log = logging.getLogger("gateway.manager")
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -45,6 +47,7 @@ async def register(request: web.Request) -> web.Response:
     if not isinstance(data.get("id"), str) or not isinstance(data.get("url"), str):
         return _error(400, "register needs 'id' and 'url'")
     held = service.core.register(data["id"], data["url"], data.get("holdings") or [])
+    log.info("router %s registered at %s with %d containers", data["id"], data["url"], len(held))
     return web.json_response(
         {"lease_seconds": service.core.settings.lease_seconds, "containers": _containers(held)}
     )
@@ -66,6 +69,7 @@ async def deregister(request: web.Request) -> web.Response:
         request.app[SERVICE].core.deregister(request.match_info["router"])
     except UnknownRouter:
         return _error(404, "unknown router")
+    log.info("router %s deregistered; its containers are free", request.match_info["router"])
     return web.json_response({"ok": True})
 
 

@@ -82,10 +82,13 @@ class ManagerCore:
         clock: EventClock,
         settings: ManagerSettings,
         on_reclaim: Callable[[Container], None],
+        on_router_lost: Callable[[str, list[Container]], None] | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings
         self._on_reclaim = on_reclaim
+        # a router's lease expired, or a new process took its id: (router id, quarantined)
+        self._on_router_lost = on_router_lost or (lambda router_id, containers: None)
         self.routers: dict[str, RouterLease] = {}
         self.containers: dict[str, Container] = {}
         self._lease_timer: Timer | None = None
@@ -99,9 +102,14 @@ class ManagerCore:
         still be running the activations that died with it, so they are quarantined."""
         held = set(holdings)
         if router_id in self.routers:
-            for old in list(self.containers.values()):
-                if old.owner == router_id and old.state is CState.ASSIGNED and old.id not in held:
-                    self._quarantine(old, old.action.timeout_ms / 1000)
+            lost = [
+                old
+                for old in self.containers.values()
+                if old.owner == router_id and old.state is CState.ASSIGNED and old.id not in held
+            ]
+            for old in lost:
+                self._quarantine(old, old.action.timeout_ms / 1000)
+            self._on_router_lost(router_id, lost)
         expires = self.clock.now() + self.settings.lease_seconds
         self.routers[router_id] = RouterLease(router_id, url, expires)
         for cid in held:
@@ -145,9 +153,14 @@ class ManagerCore:
         now = self.clock.now()
         for lease in [r for r in self.routers.values() if r.expires <= now]:
             del self.routers[lease.id]
-            for c in self.containers.values():
-                if c.owner == lease.id and c.state is CState.ASSIGNED:
-                    self._quarantine(c, c.action.timeout_ms / 1000)
+            lost = [
+                c
+                for c in self.containers.values()
+                if c.owner == lease.id and c.state is CState.ASSIGNED
+            ]
+            for c in lost:
+                self._quarantine(c, c.action.timeout_ms / 1000)
+            self._on_router_lost(lease.id, lost)
         self._arm_lease_check()
 
     # ---- containers ----------------------------------------------------------------------

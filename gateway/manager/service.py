@@ -66,7 +66,9 @@ class ManagerService:
     ) -> None:
         self.backend = backend
         self.settings = settings
-        self.core = ManagerCore(clock or AsyncioEventClock(), settings.core, self._on_reclaim)
+        self.core = ManagerCore(
+            clock or AsyncioEventClock(), settings.core, self._on_reclaim, self._on_router_lost
+        )
         self.handles: dict[str, ContainerHandle] = {}
         self.stems: dict[str, list[ContainerHandle]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -92,7 +94,12 @@ class ManagerService:
                 self.spawn(self.remove(handle.id, 0.0, "unreadable"))
                 continue
             self.core.adopt(handle.id, spec, handle.url, self.backend.agent(handle))
-        log.info("recovered %d containers", len(self.handles))
+        log.info(
+            "recovered %d containers from the %s backend; stem cells: %s",
+            len(self.handles),
+            type(self.backend).__name__,
+            ", ".join(f"{k}={n}" for k, n in self.settings.prewarm.items()) or "none",
+        )
         for kind in self.settings.prewarm:
             self.spawn(self._backfill(kind))
         self.started = True
@@ -212,6 +219,7 @@ class ManagerService:
             self.core.removed(c.id)
             return None
         self.metrics.creations.labels(a.kind, source, "ok").inc()
+        log.info("created container %s for %s (%s) for router %s", c.id, a.key, source, c.owner)
         self.handles[c.id] = handle
         done = self.core.created(c.id, handle.url, self.backend.agent(handle))
         if done is None:  # removed meanwhile
@@ -262,8 +270,19 @@ class ManagerService:
             if handle is not None:
                 await self.backend.remove(handle, grace)
                 self.metrics.removals.labels(reason).inc()
+                log.info("removed container %s (%s)", cid, reason)
         finally:
             self.core.removed(cid)
+
+    @staticmethod
+    def _on_router_lost(router_id: str, containers: list[Container]) -> None:
+        log.warning(
+            "router %s is gone (lease expired or restarted): %d containers quarantined until "
+            "their activations' timeout: %s",
+            router_id,
+            len(containers),
+            " ".join(c.id for c in containers) or "-",
+        )
 
     def _on_reclaim(self, c: Container) -> None:
         self.spawn(self.remove(c.id, self.disruptions.grace(c), "unassigned-idle"))

@@ -66,6 +66,13 @@ class Router:
         self.store = open_store(self.settings.store_url)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
+        log.info(
+            "router %s at %s: manager %s, store %s",
+            self.settings.router_id,
+            url,
+            self.settings.manager_url,
+            self.settings.store_url.split("@")[-1],  # no password in the log
+        )
         self.writer = ActivationWriter(cast("Store", counted), owner=self.settings.router_id)
         await self.writer.start()
         await self._recover()
@@ -128,6 +135,8 @@ class Router:
 
     async def stop(self) -> None:
         self.draining = True
+        if self.invoker.background:
+            log.info("stopping: finishing %d background tasks", self.invoker.background)
         await self.invoker.wait_idle()  # activations still running keep the lease alive
         self._lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -137,6 +146,7 @@ class Router:
         await self.store.close()
         await self.http.close()
         await self.manager_http.close()
+        log.info("stopped: activation records written, containers given back")
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:

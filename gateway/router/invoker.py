@@ -256,6 +256,7 @@ class Invoker:
             data["id"], spec.key, data["url"], spec.concurrency, agent=agent, paused=paused
         )
         self.pool.add(container)
+        log.info("container %s for %s at %s", data["id"], spec.key, data["url"])
 
     def pause(self, container: WarmContainer) -> None:
         self._signal(container, signal.SIGSTOP)
@@ -270,6 +271,7 @@ class Invoker:
                 os.killpg(int(container.agent["pid"]), sig)
 
     def give_back(self, container: WarmContainer, reason: str) -> None:
+        log.info("giving container %s (%s) back: %s", container.id, container.key, reason)
         tail = self.logs.pop(container.id, None)
         if tail is not None:
             tail.close()
@@ -293,6 +295,7 @@ class Invoker:
         """The manager asks for a container back (eviction or drain)."""
         container = self.pool.by_id.get(cid)
         result = self.pool.give_back(cid, only_if_idle=only_if_idle, wait=True)
+        log.info("the manager asks for container %s back: %s", cid, result)
         if result == "waiting" and container is not None:
             future = asyncio.get_running_loop().create_future()
             self._drained[cid] = future
@@ -312,6 +315,12 @@ class Invoker:
         held = set(self.pool.by_id)
         data = await self.manager.register(self.settings.router_id, self.url, sorted(held))
         self._sync(data, held)  # what the manager did not give back is no longer ours
+        log.info(
+            "registered with the manager as %s (%d containers held, %d assigned)",
+            self.settings.router_id,
+            len(held),
+            len(self.pool.by_id),
+        )
         self.registered.set()
         self.ever_registered = True
         return float(data.get("lease_seconds", 10.0))
@@ -354,6 +363,11 @@ class Invoker:
                 log.exception("lease renewal failed")
                 lease = 1.0
             await asyncio.sleep(max(0.05, lease / 3))
+
+    @property
+    def background(self) -> int:
+        """Background tasks running: detached activations, give-backs."""
+        return len(self._tasks)
 
     async def wait_idle(self) -> None:
         """Until background work (detached activations, give-backs) has finished."""

@@ -333,6 +333,15 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
         code = up.stop()
     assert code == 0, "\n".join(up.lines)
     assert "apf-gateway stopped" in up.lines
+    # the logs tell what happened
+    logs = tmp_path / "logs"
+    for victim in victims:
+        text = (logs / f"{victim}.log").read_text()
+        assert "left unfinished by a previous run of router" in text, text
+        assert text.count("registered with the manager as") >= 2, text
+    manager = (logs / "manager.log").read_text()
+    assert f"router {victims[0]} is gone (lease expired or restarted)" in manager, manager
+    assert "created container" in manager and "removed container" in manager, manager
 
 
 async def test_up_killed_mid_activation_lets_children_finish_it_and_exit(tmp_path: Path) -> None:
