@@ -20,6 +20,7 @@ from gateway.router.invoker import ProxyTo, Throttled
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_LIST = 200
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
+MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
 
 
 def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
@@ -149,9 +150,15 @@ async def invoke(request: web.Request) -> web.Response:
     given = request.headers.get(ACTIVATION_HEADER, "")
     activation_id = given if proxied and is_activation_id(given) else new_activation_id()
     header = {"x-openwhisk-activation-id": activation_id}
-    # durable before the id is handed out or the action runs: should this router die, the
-    # next one started under its id records the activation (a whisk internal error)
-    await router.writer.mark(router.failure_record(action, identity, activation_id))
+    # should this router die, the next one started under its id records the activation (a
+    # whisk internal error). Durable before the id is handed out (202). A blocking caller
+    # holds no id until its answer and a death fails its request: its mark is written only
+    # if the activation is still running after MARK_DELAY (most end sooner: no store write)
+    failure = router.failure_record(action, identity, activation_id)
+    if not blocking:
+        await router.writer.mark(failure)
+    else:
+        router.writer.mark(failure, MARK_DELAY)
     task = router.invoker.spawn(
         router.execute(
             action,
@@ -165,6 +172,8 @@ async def invoke(request: web.Request) -> web.Response:
     )
     finished = blocking and bool((await asyncio.wait({task}, timeout=wait))[0])
     if not finished:
+        if blocking:
+            await router.writer.mark(failure)  # the id is handed out now
         task.add_done_callback(
             lambda t: _detached(router, t, request, raw, identity, activation_id, action)
         )

@@ -9,11 +9,11 @@ JSON-serialisable (they would fail forever); ``close`` writes everything pending
 and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
 graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
 
-In-flight marks (``mark``) are the exception to batching-by-delay: the caller awaits the
-durable mark before the activation runs, so marks go at once, grouped with whatever other
-marks arrive while one write is under way (group commit). A mark that cannot be written is
-logged and the activation runs anyway, unprotected: the store being down must not stop
-invocations. A record written later removes its mark (same transaction).
+In-flight marks (``mark``) are the exception to batching-by-delay: a caller may have to await
+the durable mark (before it hands out an activation id), so marks go at once, grouped with
+whatever other marks arrive while one write is under way (group commit). A mark that cannot
+be written is logged and the activation runs anyway, unprotected: the store being down must
+not stop invocations. A record written later removes its mark (same transaction).
 
 Time goes through an injected event clock (``gateway.testing.FakeEventClock`` in tests).
 """
@@ -64,6 +64,8 @@ class ActivationWriter:
         self.owner = owner  # the router id that in-flight marks are recorded under
         self._marks: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._drops: list[str] = []
+        # activation id -> (timer, mark) of marks deferred by ``mark(delay=...)``
+        self._deferred: dict[str, tuple[Timer, tuple[dict[str, Any], asyncio.Future[None]]]] = {}
         self._marker: asyncio.Task[None] | None = None
 
     def submit(self, record: dict[str, Any]) -> None:
@@ -71,6 +73,7 @@ class ActivationWriter:
         if self._closing:
             raise StoreError("the activation writer is closed")
         activation_id, namespace, _, _ = activation_key(record)
+        self._cancel_deferred(activation_id)  # the record makes its mark unneeded
         key = (namespace, activation_id)
         self._pending.pop(key, None)
         self._pending[key] = record
@@ -80,18 +83,42 @@ class ActivationWriter:
         elif self._timer is None and not self._due.is_set():
             self._timer = self._clock.call_later(self._max_delay, self._due.set)
 
-    async def mark(self, record: dict[str, Any]) -> None:
-        """Return once ``record`` (the failure record to write should this process die
-        before the activation's own record) is durably marked in flight, or failed to be."""
-        future = asyncio.get_running_loop().create_future()
-        self._marks.append((record, future))
-        self._kick_marker()
-        await future
+    def mark(self, record: dict[str, Any], delay: float = 0.0) -> asyncio.Future[None]:
+        """Mark ``record`` (the failure record to write should this process die before the
+        activation's own record) in flight; the future is done once the mark is durable (or
+        failed to be, or was not needed). With ``delay``, the mark is written only if the
+        activation's record has not been submitted by then: short activations cost nothing."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if delay <= 0:
+            self._marks.append((record, future))
+            self._kick_marker()
+            return future
+        activation_id = activation_key(record)[0]
+        self._cancel_deferred(activation_id)
+        timer = self._clock.call_later(delay, lambda: self._deferred_due(activation_id))
+        self._deferred[activation_id] = (timer, (record, future))
+        return future
+
+    def _deferred_due(self, activation_id: str) -> None:
+        deferred = self._deferred.pop(activation_id, None)
+        if deferred is not None:
+            deferred[0].cancel()
+            self._marks.append(deferred[1])
+            self._kick_marker()
 
     def unmark(self, activation_id: str) -> None:
         """Forget a mark without waiting (the activation ended elsewhere or was refused)."""
+        self._cancel_deferred(activation_id)
         self._drops.append(activation_id)
         self._kick_marker()
+
+    def _cancel_deferred(self, activation_id: str) -> None:
+        deferred = self._deferred.pop(activation_id, None)
+        if deferred is not None:
+            deferred[0].cancel()
+            future = deferred[1][1]
+            if not future.done():
+                future.set_result(None)
 
     def _kick_marker(self) -> None:
         if self._marker is None or self._marker.done():
@@ -101,13 +128,13 @@ class ActivationWriter:
         while self._marks or self._drops:
             marks, self._marks = self._marks, []
             drops, self._drops = self._drops, []
-            try:
-                if drops:
-                    await self._store.drop_in_flight(drops)
+            try:  # marks first: a drop may be for a mark of this very batch
                 if marks:
                     await self._store.mark_in_flight(self.owner, [r for r, _ in marks])
+                if drops:
+                    await self._store.drop_in_flight(drops)
             except Exception:
-                log.exception("cannot mark %d activations in flight", len(marks))
+                log.exception("cannot write %d in-flight marks", len(marks) + len(drops))
             for _, future in marks:
                 if not future.done():
                     future.set_result(None)
@@ -133,6 +160,8 @@ class ActivationWriter:
 
     async def close(self) -> None:
         self._closing = True
+        for activation_id in list(self._deferred):  # no record came: mark them now
+            self._deferred_due(activation_id)
         if self._marker is not None:
             await asyncio.gather(self._marker, return_exceptions=True)
         if self._task is not None:

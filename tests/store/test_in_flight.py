@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from gateway.store import ActivationWriter, Store
+from gateway.testing import FakeEventClock
 from tests.store.test_store import activation
 
 
@@ -61,8 +62,36 @@ async def test_writer_groups_marks_and_awaits_them(store: Store) -> None:
         await asyncio.gather(*(writer.mark(failure(f"{i:032x}", 1000)) for i in range(20)))
         writer.submit(activation(f"{0:032x}", 1000))
         writer.unmark(f"{1:032x}")
+        late = writer.mark(failure("9" * 32, 1000))
+        writer.unmark("9" * 32)  # dropped before its mark was written: gone all the same
+        await late
         await writer.flush()
     finally:
         await writer.close()
     written = await store.recover_in_flight("r9", 2000)
     assert sorted(r["activationId"] for r in written) == [f"{i:032x}" for i in range(2, 20)]
+
+
+async def test_a_deferred_mark_is_written_only_for_a_long_activation(store: Store) -> None:
+    """Blocking invocations: a mark waits ``delay``; a record (or unmark) before then means
+    the store never sees it, a record after means the mark is written, then removed."""
+    clock = FakeEventClock()
+    writer = ActivationWriter(store, owner="r7", clock=clock)
+    await writer.start()
+    try:
+        short = writer.mark(failure("1" * 32, 1000), delay=0.05)
+        refused = writer.mark(failure("2" * 32, 1000), delay=0.05)
+        long_ = writer.mark(failure("3" * 32, 1000), delay=0.05)
+        clock.advance(0.04)
+        writer.submit(activation("1" * 32, 1000))  # ended in time: its mark is never written
+        writer.unmark("2" * 32)  # refused (429) in time
+        assert short.done() and refused.done() and not long_.done()
+        clock.advance(0.01)
+        await long_
+        assert [r["activationId"] for r in await store.recover_in_flight("r7", 2000)] == ["3" * 32]
+        forgotten = writer.mark(failure("4" * 32, 1000), delay=0.05)
+    finally:
+        await writer.close()  # an activation without a record: its mark is written at close
+    assert forgotten.done()
+    assert [r["activationId"] for r in await store.recover_in_flight("r7", 3000)] == ["4" * 32]
+    assert await store.get_activation("guest", "2" * 32) is None
