@@ -231,9 +231,11 @@ class Supervisor:
         slot.backoff.started()
         return slot.child
 
-    def wait_ready(self, timeout: float | None = None) -> None:
+    def wait_ready(
+        self, timeout: float | None = None, cancelled: Callable[[], bool] = lambda: False
+    ) -> None:
         """Until every child serves; ``StartError`` as soon as one exits (with its last log
-        line) or when ``timeout`` (default ``start_timeout``) has passed."""
+        line), when ``timeout`` (default ``start_timeout``) has passed or ``cancelled()``."""
         limit = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         waiting = [s for s in self._slots if s.child is not None]
@@ -243,6 +245,8 @@ class Supervisor:
             ]
             if not waiting:
                 return
+            if cancelled():
+                raise StartError("interrupted while starting")
             if time.monotonic() > deadline:
                 names = ", ".join(s.spec.name for s in waiting)
                 last = waiting[0].child.last_error() if waiting[0].child else ""

@@ -3,10 +3,12 @@
 Layout: the front door (``apf-gateway serve``) authenticates OpenWhisk API keys and forwards
 identity to one upstream port that all routers share (SO_REUSEPORT: the kernel spreads
 connections over them, no extra hop); each router also has a private port for the manager and
-its peers. Children run in their own sessions so that Ctrl-C reaches only this process, which
-stops them in order: front door, routers (they flush activation records and give back their
-containers), manager (it removes every container). Children also get SIGTERM if this process
-dies (``PR_SET_PDEATHSIG``), and a final sweep kills any runtime process still recorded.
+its peers. ``gateway.supervision`` runs the children: in their own sessions, so that Ctrl-C
+reaches only this process, which stops them in order (front door, routers, manager, then a
+sweep of runtime processes still recorded); restarted with back-off when they die. If this
+process dies, its children get SIGTERM (``PR_SET_PDEATHSIG``) and stop in the same order by
+themselves: routers finish their activations, the manager waits for them
+(``--router-wait-seconds``) before removing containers.
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ def _up(args: argparse.Namespace) -> int:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
         front = Spec("front-door", py + front_args, logs / "front-door.log", announce=False)
         supervisor.add(front, probe=_probe(host, port))
-        supervisor.wait_ready()
+        supervisor.wait_ready(cancelled=lambda: stop["now"])
         shared.close()
         shown = f"[{host}]" if ":" in host else host
         api = f"http://{shown}:{port}"
