@@ -108,6 +108,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "containers (default 0: do not wait; 'apf-gateway up' sets 35)",
     )
     serve.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="the routers' store (sqlite:///PATH or postgresql://...): the activations a "
+        "router whose lease expired left running are recorded there as whisk internal errors "
+        "(default: none, only a router restarted under the same id records them)",
+    )
+    serve.add_argument(
         "--unassigned-idle-seconds",
         type=float,
         default=600.0,
@@ -185,6 +193,14 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.store:
+        from gateway.store import StoreError, open_store
+
+        try:
+            open_store(args.store)  # the URL only; the service opens it
+        except StoreError as exc:
+            print(f"--store: {exc}", file=sys.stderr)
+            return 2
     settings = ServiceSettings(
         core=ManagerSettings(
             lease_seconds=args.lease_seconds,
@@ -197,6 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
         remove_on_exit=not args.keep_containers,
         eviction_retry_seconds=args.eviction_retry_seconds,
         router_wait_seconds=args.router_wait_seconds,
+        store_url=args.store,
     )
     service = ManagerService(backend, settings)
     return run(build_app(service), args.listen, drain=service.wait_for_routers)

@@ -182,12 +182,14 @@ def _up(args: argparse.Namespace) -> int:
     shared = bind("127.0.0.1", 0, reuse_port=True)  # holds the shared port until routers bind
     shared_port = shared.getsockname()[1]
     manager_url = f"http://127.0.0.1:{manager_port}"
+    store_url = f"sqlite:///{root / 'platform.db'}"
     py = [sys.executable, "-m", "gateway"]
     return_code = 0
     try:
         manager_args = ["manager", "serve", "--listen", f"127.0.0.1:{manager_port}"]
         manager_args += ["--state-dir", str(root / "state"), "--quota", str(args.quota)]
         manager_args += ["--router-wait-seconds", str(ROUTER_DRAIN_SECONDS + 5)]
+        manager_args += ["--store", store_url]
         if args.prewarm:
             manager_args += ["--prewarm", args.prewarm]
         supervisor.add(Spec("manager", py + manager_args, logs / "manager.log"))
@@ -195,7 +197,7 @@ def _up(args: argparse.Namespace) -> int:
             router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}"]
             router_args += ["--shared-listen", f"127.0.0.1:{shared_port}"]
             router_args += ["--manager", manager_url]
-            router_args += ["--store", f"sqlite:///{root / 'platform.db'}"]
+            router_args += ["--store", store_url]
             spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
             supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]

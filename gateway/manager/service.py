@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, Mana
 from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
+from gateway.store import Store, StoreError
 
 log = logging.getLogger("gateway.manager")
 
@@ -52,6 +54,8 @@ class ServiceSettings:
     # on SIGTERM, wait this long for routers to finish and deregister before removing the
     # containers they may still be running activations in (0: do not wait)
     router_wait_seconds: float = 0.0
+    # the routers' store: the activations a lost router left in flight are recorded there
+    store_url: str | None = None
 
 
 class AcquireRejected(Exception):
@@ -78,9 +82,16 @@ class ManagerService:
         self.disruptions = Disruptions(self)
         self.started = False
         self.stopping = False
+        self.store: Store | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
+        if self.settings.store_url:
+            from gateway.store import open_store
+
+            store = open_store(self.settings.store_url)
+            await store.open()
+            self.store = store
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         for handle in await self.backend.list():
             self.handles[handle.id] = handle
@@ -142,6 +153,8 @@ class ManagerService:
         await self.backend.close()
         if self._http is not None:
             await self._http.close()
+        if self.store is not None:
+            await self.store.close()
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -274,8 +287,7 @@ class ManagerService:
         finally:
             self.core.removed(cid)
 
-    @staticmethod
-    def _on_router_lost(router_id: str, containers: list[Container]) -> None:
+    def _on_router_lost(self, router_id: str, containers: list[Container]) -> None:
         log.warning(
             "router %s is gone (lease expired or restarted): %d containers quarantined until "
             "their activations' timeout: %s",
@@ -283,6 +295,25 @@ class ManagerService:
             len(containers),
             " ".join(c.id for c in containers) or "-",
         )
+        if self.store is not None:
+            self.spawn(self._record_lost(self.store, router_id))
+
+    @staticmethod
+    async def _record_lost(store: Store, router_id: str) -> None:
+        """The activations the lost router had in flight get their ``whisk internal error``
+        record. A router that was only slow, not dead, replaces it with the real one later."""
+        try:
+            records = await store.recover_in_flight(router_id, int(time.time() * 1000))
+        except StoreError as exc:
+            log.error("cannot record the activations router %s left: %s", router_id, exc)
+            return
+        if records:
+            log.warning(
+                "recorded %d activations router %s left unfinished as whisk internal errors: %s",
+                len(records),
+                router_id,
+                " ".join(r["activationId"] for r in records),
+            )
 
     def _on_reclaim(self, c: Container) -> None:
         self.spawn(self.remove(c.id, self.disruptions.grace(c), "unassigned-idle"))
