@@ -278,24 +278,32 @@ async def busy_routers(client: httpx.AsyncClient, urls: list[str], want: int) ->
     raise AssertionError("the activations did not start")
 
 
+async def two_running(
+    client: httpx.AsyncClient, up: Up, seconds: float
+) -> tuple[httpx.Response, asyncio.Future[httpx.Response], list[str]]:
+    """A non-blocking (its 202) and a blocking invocation (its pending answer) of an action
+    sleeping ``seconds``, once both run; and the ids of the routers running them."""
+    put = await client.put(
+        up.base + "/actions/slow", json={"exec": {"kind": "python:3", "code": SLOW}}
+    )
+    assert put.status_code == 200, put.text
+    background = await client.post(up.base + "/actions/slow", json={"s": seconds})
+    assert background.status_code == 202
+    waiting = asyncio.ensure_future(
+        client.post(up.base + "/actions/slow?blocking=true", json={"s": seconds})
+    )
+    async with httpx.AsyncClient(timeout=5) as peers:
+        busy = await busy_routers(peers, up.router_urls(), 2)
+    return background, waiting, busy
+
+
 async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_recorded(
     tmp_path: Path,
 ) -> None:
     up = Up(tmp_path)
     try:
         async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
-            put = await client.put(
-                up.base + "/actions/slow", json={"exec": {"kind": "python:3", "code": SLOW}}
-            )
-            assert put.status_code == 200, put.text
-            background = await client.post(up.base + "/actions/slow", json={"s": 60})
-            assert background.status_code == 202
-            waiting = asyncio.ensure_future(
-                client.post(up.base + "/actions/slow?blocking=true", json={"s": 60})
-            )
-            peers = httpx.AsyncClient(timeout=5)
-            async with peers:
-                victims = await busy_routers(peers, up.router_urls(), 2)
+            background, waiting, victims = await two_running(client, up, 60)
             family = descendants(up.proc.pid)
             for victim in victims:
                 os.kill(router_pid(victim, family), signal.SIGKILL)
@@ -350,18 +358,8 @@ async def test_up_killed_mid_activation_lets_children_finish_it_and_exit(tmp_pat
     manager removes the containers (it waits for the routers to leave)."""
     up = Up(tmp_path, "--prewarm", "")
     async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
-        put = await client.put(
-            up.base + "/actions/slow", json={"exec": {"kind": "python:3", "code": SLOW}}
-        )
-        assert put.status_code == 200, put.text
         # longer than the manager's SIGTERM -> SIGKILL grace for containers (5 s)
-        background = await client.post(up.base + "/actions/slow", json={"s": 7})
-        assert background.status_code == 202
-        waiting = asyncio.ensure_future(
-            client.post(up.base + "/actions/slow?blocking=true", json={"s": 7})
-        )
-        async with httpx.AsyncClient(timeout=5) as peers:
-            await busy_routers(peers, up.router_urls(), 2)
+        background, waiting, _ = await two_running(client, up, 7)
         family = descendants(up.proc.pid)
         assert len(family) >= 6  # manager, 2 routers, front door, 2 runtimes
         up.proc.kill()
