@@ -301,6 +301,8 @@ class Supervisor:
                     self.report(f"cannot start {slot.spec.name}: {exc}; retry in {delay:g} s")
                     continue
                 slot.backoff.started()
+                if not slot.spec.announce:
+                    self.report(f"{slot.spec.name} started again (restart {slot.backoff.restarts})")
         return fatal
 
     def stop(self) -> None:
