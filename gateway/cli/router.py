@@ -115,9 +115,11 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.router.api import build_app
     from gateway.router.app import Router, RouterSettings
     from gateway.router.identity import DEFAULT_TRUSTED
+    from gateway.store import StoreError, open_store
 
     configure_logging(args.log_level)
     try:
+        open_store(args.store)  # the URL only; the router opens it when it starts
         host, port = parse_listen(args.listen)
         sock = bind(host, port)
         shared = []
@@ -137,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
                 max_blocking_wait=args.max_blocking_wait,
             )
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreError) as exc:
         print(f"apf-gateway router: {exc}", file=sys.stderr)
         return 2
     run_async(serve_until_signal(build_app(router, url_of(sock)), sock, *shared))
