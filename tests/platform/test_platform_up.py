@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from gateway.cli.up import DEFAULT_API_KEY
+from gateway.router.api import MARK_DELAY
 from gateway.store import open_store
 
 
@@ -304,6 +305,8 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
     try:
         async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
             background, waiting, victims = await two_running(client, up, 60)
+            # a blocking activation is marked in flight once it has run MARK_DELAY
+            await asyncio.sleep(4 * MARK_DELAY)
             family = descendants(up.proc.pid)
             for victim in victims:
                 os.kill(router_pid(victim, family), signal.SIGKILL)
