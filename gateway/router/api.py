@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,9 +18,11 @@ from gateway.platform.ids import is_activation_id, new_activation_id
 from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
 from gateway.router.invoker import ProxyTo, Throttled
 
+log = logging.getLogger("gateway.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_LIST = 200
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
+FAILED = "The router could not run the activation."
 MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
 
 
@@ -214,7 +217,8 @@ def _detached(
     elif isinstance(exc, (ProxyTo, Throttled)):
         router.record_throttled(action, identity, activation_id)
     elif exc is not None:
-        router.writer.submit(router.failure_record(action, identity, activation_id, str(exc)))
+        log.error("activation %s failed in the router", activation_id, exc_info=exc)
+        router.writer.submit(router.failure_record(action, identity, activation_id, FAILED))
 
 
 # ---- activations -------------------------------------------------------------------------
