@@ -193,6 +193,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.router_wait_seconds < 0:
+        print("--router-wait-seconds must be >= 0", file=sys.stderr)
+        return 2
     if args.store:
         from gateway.store import StoreError, open_store
 

@@ -482,3 +482,22 @@ def test_commands_describe_every_flag_with_its_default() -> None:
             assert action.help, f"{name} {flag}: no help"
             if action.default not in (None, False, []):
                 assert "default" in action.help, f"{name} {flag}: help names no default"
+
+
+def test_router_and_manager_refuse_bad_settings_in_one_line() -> None:
+    cases = [
+        (["router", "--store", "bogus://x"], "apf-gateway router: unsupported store URL"),
+        (["manager", "serve", "--store", "bogus://x"], "--store: unsupported store URL"),
+        (["manager", "serve", "--router-wait-seconds", "-1"], "--router-wait-seconds must be"),
+    ]
+    for args, message in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
