@@ -203,6 +203,7 @@ class _Slot:
     child: Child | None = None
     restart_at: float | None = None
     probe: Callable[[], bool] | None = None
+    started_at: float = 0.0
 
 
 class Supervisor:
@@ -229,6 +230,7 @@ class Supervisor:
         self._slots.append(slot)
         slot.child = Child.spawn(spec)
         slot.backoff.started()
+        slot.started_at = self.clock.now()
         return slot.child
 
     def wait_ready(
@@ -273,12 +275,7 @@ class Supervisor:
                 code = child.proc.poll()
                 if code is None:
                     if not child.ready:
-                        with contextlib.suppress(StartError):
-                            if child.poll_ready():
-                                self.report(
-                                    f"{slot.spec.name} is serving again at {child.url} "
-                                    f"(restart {slot.backoff.restarts})"
-                                )
+                        self._check_restarted(slot, child, now)
                     continue
                 why = f"{slot.spec.name} exited ({describe_exit(code)}): {child.last_error()}"
                 if child.proc.stdout is not None:
@@ -301,9 +298,28 @@ class Supervisor:
                     self.report(f"cannot start {slot.spec.name}: {exc}; retry in {delay:g} s")
                     continue
                 slot.backoff.started()
+                slot.started_at = now
                 if not slot.spec.announce:
                     self.report(f"{slot.spec.name} started again (restart {slot.backoff.restarts})")
         return fatal
+
+    def _check_restarted(self, slot: _Slot, child: Child, now: float) -> None:
+        """A restarted child that does not announce itself within ``start_timeout`` (or
+        announces something else) is killed; the next tick restarts it after its back-off."""
+        try:
+            if child.poll_ready():
+                self.report(
+                    f"{slot.spec.name} is serving again at {child.url} "
+                    f"(restart {slot.backoff.restarts})"
+                )
+                return
+            if now - slot.started_at <= self.start_timeout:
+                return
+            why = f"did not serve within {self.start_timeout:g} s"
+        except StartError as exc:
+            why = str(exc)
+        self.report(f"{slot.spec.name}: {why}; killing it")
+        child.proc.kill()
 
     def stop(self) -> None:
         for slot in reversed(self._slots):

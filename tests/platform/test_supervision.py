@@ -151,3 +151,74 @@ def test_a_child_that_may_not_restart_is_reported(tmp_path: Path) -> None:
     assert supervisor.tick() == ["once"]
     assert reports == ["once exited (exit code 3): (nothing in its log)"]
     supervisor.stop()
+
+
+def _exited(supervisor: Supervisor, name: str) -> None:
+    child = supervisor.child(name)
+    assert child is not None
+    child.proc.wait(30)
+
+
+def test_a_crash_loop_slows_down_on_the_supervisors_clock(tmp_path: Path) -> None:
+    """Real processes, time on a fake clock: the delays come from the policy, not sleeps."""
+    clock = FakeEventClock()
+    reports: list[str] = []
+    settings = BackoffSettings(initial_seconds=1.0, factor=2.0, max_seconds=4.0)
+    supervisor = Supervisor(clock=clock, settings=settings, report=reports.append)
+    crash = Spec(
+        "crash",
+        _python("import sys; print('no database', file=sys.stderr); sys.exit(4)"),
+        tmp_path / "c.log",
+        announce=False,
+    )
+    supervisor.add(crash, probe=lambda: True)
+    try:
+        for delay in (1, 2, 4, 4):
+            _exited(supervisor, "crash")
+            supervisor.tick()  # notices the exit, schedules the restart
+            clock.advance(delay - 0.5)
+            supervisor.tick()
+            assert supervisor.child("crash") is None  # not yet
+            clock.advance(0.5)
+            supervisor.tick()  # due: started again
+            assert supervisor.child("crash") is not None
+    finally:
+        supervisor.stop()
+    exits = [r for r in reports if "exited" in r]
+    assert exits == [
+        f"crash exited (exit code 4): no database; restart {n} in {d:g} s"
+        for n, d in ((1, 1), (2, 2), (3, 4), (4, 4))
+    ]
+    assert "crash started again (restart 4)" in reports
+
+
+def test_a_restarted_child_that_never_serves_is_killed_and_retried(tmp_path: Path) -> None:
+    clock = FakeEventClock()
+    reports: list[str] = []
+    flag = tmp_path / "hang"
+    code = (
+        "import os, sys, time\n"
+        f"if os.path.exists({str(flag)!r}):\n"
+        "    time.sleep(60)\n"
+        "print('LISTENING http://127.0.0.1:1/', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    supervisor = Supervisor(clock=clock, report=reports.append, start_timeout=10)
+    try:
+        first = supervisor.add(Spec("svc", _python(code), tmp_path / "s.log"))
+        supervisor.wait_ready(30)
+        flag.touch()  # from now on it starts but never serves
+        first.proc.kill()
+        first.proc.wait()
+        supervisor.tick()
+        clock.advance(0.5)
+        supervisor.tick()  # restarted
+        clock.advance(10.5)
+        supervisor.tick()  # silent for longer than the start timeout
+        assert "svc: did not serve within 10 s; killing it" in reports
+        _exited(supervisor, "svc")
+        supervisor.tick()
+        assert reports[-1].startswith("svc exited (killed by SIGKILL)")
+        assert reports[-1].endswith("restart 2 in 1 s")
+    finally:
+        supervisor.stop()
