@@ -112,7 +112,8 @@ class Spec:
     log: Path
     announce: bool = True  # the child prints ``LISTENING URL`` on stdout when it serves
     restart: bool = True
-    stop_timeout: float = 40.0  # SIGTERM -> SIGKILL
+    stop_timeout: float = 40.0  # stop_signal -> SIGKILL
+    stop_signal: int = signal.SIGTERM
     env: dict[str, str] | None = None
 
 
@@ -182,10 +183,10 @@ class Child:
     def terminate(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
+                self.proc.send_signal(self.spec.stop_signal)
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout``, then SIGKILL."""
+        """``stop_signal``, wait up to ``stop_timeout``, then SIGKILL."""
         self.terminate()
         try:
             self.proc.wait(self.spec.stop_timeout)

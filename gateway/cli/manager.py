@@ -104,8 +104,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="on SIGTERM, wait up to this long for routers to deregister before removing "
-        "containers (default 0: do not wait; 'apf-gateway up' sets 35)",
+        help="on SIGTERM (not SIGINT), wait up to this long for routers to deregister before "
+        "removing containers (default 0: do not wait; 'apf-gateway up' sets 35)",
     )
     serve.add_argument(
         "--store",

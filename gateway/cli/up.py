@@ -192,7 +192,11 @@ def _up(args: argparse.Namespace) -> int:
         manager_args += ["--store", store_url]
         if args.prewarm:
             manager_args += ["--prewarm", args.prewarm]
-        supervisor.add(Spec("manager", py + manager_args, logs / "manager.log"))
+        # SIGINT: when we stop it the routers are gone already, nothing to wait for (SIGTERM,
+        # from PR_SET_PDEATHSIG if we die, makes it wait for them: --router-wait-seconds)
+        manager = Spec("manager", py + manager_args, logs / "manager.log")
+        manager.stop_signal = signal.SIGINT
+        supervisor.add(manager)
         for i in range(1, args.routers + 1):
             router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}"]
             router_args += ["--shared-listen", f"127.0.0.1:{shared_port}"]

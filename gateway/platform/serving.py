@@ -51,20 +51,28 @@ Drain = Callable[[], Awaitable[None]]
 async def serve_until_signal(
     app: web.Application, sock: socket.socket, *more: socket.socket, drain: Drain | None = None
 ) -> None:
-    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM; then await
-    ``drain`` (still serving: peers may need us to finish) before shutting down."""
+    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM. On SIGTERM
+    (an orchestrator, a supervisor that died) await ``drain`` first, still serving: peers
+    may need us while they finish. SIGINT (Ctrl-C, a supervisor stopping its children in
+    order) stops at once."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
     await runner.setup()
     for s in (sock, *more):
         await web.SockSite(runner, s).start()
     print(f"LISTENING {url_of(sock)}", flush=True)
     stop = asyncio.Event()
+    received: list[int] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await stop.wait()
-        if drain is not None:
+        if drain is not None and received[:1] == [signal.SIGTERM]:
             await drain()
     finally:
         await runner.cleanup()

@@ -83,3 +83,36 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     assert (await backend.status(handle)) is Status.GONE
     assert await run == (200, {"ok": 1})
     await backend.close()
+
+
+async def test_a_create_cancelled_midway_leaves_no_process(tmp_path: Path) -> None:
+    """The manager stopping while a runtime starts (``apf-gateway up`` failing at start)
+    cancels the create: the process it spawned must not outlive it, unrecorded."""
+    import asyncio
+
+    backend = LocalProcessBackend(tmp_path)
+    task = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3", 128, 1, {})))
+    for _ in range(200):  # until the runtime process exists
+        if backend._children:
+            break
+        await asyncio.sleep(0.005)
+    (pid,) = list(backend._children)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(200):
+        if not running(pid):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"runtime {pid} still running after the create was cancelled")
+    assert not (tmp_path / "c-cancel").exists()
+    await backend.close()
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

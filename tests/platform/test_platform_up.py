@@ -421,6 +421,21 @@ def test_a_front_door_that_cannot_start_is_explained_at_once(tmp_path: Path) -> 
     assert "Traceback" not in err
     assert took < 10  # not the 20-30 s start timeout
     assert out.strip().endswith("apf-gateway stopped")
+    # the manager was stopped while it started its stem cell: that runtime went too
+    assert writing_into(tmp_path) == []
+
+
+def writing_into(folder: Path) -> list[int]:
+    """Processes whose stdout is a file under ``folder`` (runtimes log to the state dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "fd" / "1").startswith(str(folder)) and alive(
+                    int(entry.name)
+                ):
+                    found.append(int(entry.name))
+    return found
 
 
 def test_bad_arguments_get_one_line_errors(tmp_path: Path) -> None:

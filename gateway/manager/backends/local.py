@@ -88,7 +88,7 @@ class LocalProcessBackend:
         self._children[proc.pid] = proc
         try:
             port = await self._wait_listening(proc, stdout_path, stderr_path)
-        except BackendError:
+        except BaseException:  # also cancelled (the manager stopping): leave no process
             self._kill_now(proc.pid)
             shutil.rmtree(folder, ignore_errors=True)
             raise
