@@ -46,7 +46,13 @@ async def register(request: web.Request) -> web.Response:
     data = await _body(request)
     if not isinstance(data.get("id"), str) or not isinstance(data.get("url"), str):
         return _error(400, "register needs 'id' and 'url'")
-    held = service.core.register(data["id"], data["url"], data.get("holdings") or [])
+    incarnation = data.get("incarnation")
+    held = service.core.register(
+        data["id"],
+        data["url"],
+        data.get("holdings") or [],
+        incarnation if isinstance(incarnation, str) else "",
+    )
     log.info("router %s registered at %s with %d containers", data["id"], data["url"], len(held))
     return web.json_response(
         {"lease_seconds": service.core.settings.lease_seconds, "containers": _containers(held)}

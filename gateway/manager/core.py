@@ -43,6 +43,7 @@ class RouterLease:
     id: str
     url: str
     expires: float
+    incarnation: str = ""  # the router process (random per start); "" if not told
 
 
 @dataclass(slots=True)
@@ -82,26 +83,30 @@ class ManagerCore:
         clock: EventClock,
         settings: ManagerSettings,
         on_reclaim: Callable[[Container], None],
-        on_router_lost: Callable[[str, list[Container]], None] | None = None,
+        on_router_lost: Callable[[RouterLease, list[Container]], None] | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings
         self._on_reclaim = on_reclaim
-        # a router's lease expired, or a new process took its id: (router id, quarantined)
-        self._on_router_lost = on_router_lost or (lambda router_id, containers: None)
+        # a router's lease expired, or a new process took its id: (its lease, quarantined)
+        self._on_router_lost = on_router_lost or (lambda lease, containers: None)
         self.routers: dict[str, RouterLease] = {}
         self.containers: dict[str, Container] = {}
         self._lease_timer: Timer | None = None
 
     # ---- routers -------------------------------------------------------------------------
-    def register(self, router_id: str, url: str, holdings: Iterable[str] = ()) -> list[Container]:
+    def register(
+        self, router_id: str, url: str, holdings: Iterable[str] = (), incarnation: str = ""
+    ) -> list[Container]:
         """A router (re)joins, offering the containers it holds.
 
-        A router registers while its lease still runs only when it is a new process under the
-        same id (its predecessor died): the predecessor's containers it does not hold may
-        still be running the activations that died with it, so they are quarantined."""
+        A router registers while its lease still runs when it is a new process under the same
+        id (its predecessor died; a different ``incarnation``, or one not told): the
+        predecessor's containers it does not hold may still be running the activations that
+        died with it, so they are quarantined."""
         held = set(holdings)
-        if router_id in self.routers:
+        previous = self.routers.get(router_id)
+        if previous is not None and (not incarnation or previous.incarnation != incarnation):
             lost = [
                 old
                 for old in self.containers.values()
@@ -109,9 +114,9 @@ class ManagerCore:
             ]
             for old in lost:
                 self._quarantine(old, old.action.timeout_ms / 1000)
-            self._on_router_lost(router_id, lost)
+            self._on_router_lost(previous, lost)
         expires = self.clock.now() + self.settings.lease_seconds
-        self.routers[router_id] = RouterLease(router_id, url, expires)
+        self.routers[router_id] = RouterLease(router_id, url, expires, incarnation)
         for cid in held:
             c = self.containers.get(cid)
             if c is None or c.state is CState.REMOVING:
@@ -160,7 +165,7 @@ class ManagerCore:
             ]
             for c in lost:
                 self._quarantine(c, c.action.timeout_ms / 1000)
-            self._on_router_lost(lease.id, lost)
+            self._on_router_lost(lease, lost)
         self._arm_lease_check()
 
     # ---- containers ----------------------------------------------------------------------

@@ -29,7 +29,14 @@ from gateway.manager.backends.base import (
     ContainerSpec,
     Status,
 )
-from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, ManagerSettings
+from gateway.manager.core import (
+    ActionSpec,
+    Container,
+    Grant,
+    ManagerCore,
+    ManagerSettings,
+    RouterLease,
+)
 from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
@@ -287,23 +294,26 @@ class ManagerService:
         finally:
             self.core.removed(cid)
 
-    def _on_router_lost(self, router_id: str, containers: list[Container]) -> None:
+    def _on_router_lost(self, lease: RouterLease, containers: list[Container]) -> None:
         log.warning(
             "router %s is gone (lease expired or restarted): %d containers quarantined until "
             "their activations' timeout: %s",
-            router_id,
+            lease.id,
             len(containers),
             " ".join(c.id for c in containers) or "-",
         )
-        if self.store is not None:
-            self.spawn(self._record_lost(self.store, router_id))
+        if self.store is not None and lease.incarnation:
+            self.spawn(self._record_lost(self.store, lease.id, lease.incarnation))
 
     @staticmethod
-    async def _record_lost(store: Store, router_id: str) -> None:
-        """The activations the lost router had in flight get their ``whisk internal error``
-        record. A router that was only slow, not dead, replaces it with the real one later."""
+    async def _record_lost(store: Store, router_id: str, incarnation: str) -> None:
+        """The activations the lost router process had in flight get their ``whisk internal
+        error`` record (only that process's: a new one under the same id may be running).
+        A router that was only slow, not dead, replaces it with the real one later."""
         try:
-            records = await store.recover_in_flight(router_id, int(time.time() * 1000))
+            records = await store.recover_in_flight(
+                router_id, int(time.time() * 1000), incarnation=incarnation
+            )
         except StoreError as exc:
             log.error("cannot record the activations router %s left: %s", router_id, exc)
             return

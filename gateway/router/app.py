@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -58,6 +59,8 @@ class Router:
         self.url = ""
         self.draining = False
         self.metrics = RouterMetrics(self._held)
+        # this process: marks and the manager's lease tell it from a predecessor under the id
+        self.incarnation = uuid.uuid4().hex[:16]
 
     async def start(self, url: str) -> None:
         from gateway.store import ActivationWriter, Store, open_store
@@ -73,7 +76,9 @@ class Router:
             self.settings.manager_url,
             self.settings.store_url.split("@")[-1],  # no password in the log
         )
-        self.writer = ActivationWriter(cast("Store", counted), owner=self.settings.router_id)
+        self.writer = ActivationWriter(
+            cast("Store", counted), owner=self.settings.router_id, incarnation=self.incarnation
+        )
         await self.writer.start()
         await self._recover()
         self.http = aiohttp.ClientSession(
@@ -85,6 +90,7 @@ class Router:
         settings = InvokerSettings(
             router_id=self.settings.router_id,
             buffer_seconds=self.settings.buffer_seconds,
+            incarnation=self.incarnation,
             pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
         )
         manager = ManagerClient(self.settings.manager_url, self.manager_http)

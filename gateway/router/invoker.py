@@ -52,6 +52,7 @@ class ProxyTo(Exception):
 class InvokerSettings:
     router_id: str
     buffer_seconds: float = 10.0  # how long a request waits for a slot before 429
+    incarnation: str = ""  # this process among those that ran under router_id
     proxy_cache_seconds: float = 2.0
     pool: PoolSettings = field(default_factory=PoolSettings)
 
@@ -313,7 +314,9 @@ class Invoker:
     async def register(self) -> float:
         """Register (again), offering the containers held: a restarted manager adopts them."""
         held = set(self.pool.by_id)
-        data = await self.manager.register(self.settings.router_id, self.url, sorted(held))
+        data = await self.manager.register(
+            self.settings.router_id, self.url, sorted(held), self.settings.incarnation
+        )
         self._sync(data, held)  # what the manager did not give back is no longer ours
         log.info(
             "registered with the manager as %s (%d containers held, %d assigned)",

@@ -57,19 +57,24 @@ class Store(Protocol):
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None: ...
 
-    async def mark_in_flight(self, router_id: str, records: list[dict[str, Any]]) -> None:
-        """Durably note activations ``router_id`` is about to run, each with the record to
-        write if the router dies first. ``put_activations`` of the same id removes the mark
-        in the same transaction, so one of the two always exists."""
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
+        """Durably note activations ``router_id`` (the process ``incarnation``) is about to
+        run, each with the record to write if the router dies first. ``put_activations`` of
+        the same id removes the mark in the same transaction, so one of the two exists."""
         ...
 
     async def drop_in_flight(self, activation_ids: list[str]) -> None:
         """Remove marks of activations that ended without a record here (a peer ran them)."""
         ...
 
-    async def recover_in_flight(self, router_id: str, end_ms: int) -> list[dict[str, Any]]:
-        """A router starting again: write the marked records of ``router_id`` that have no
-        activation record (ending at ``end_ms``), remove its marks, return what was written."""
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
+        """A router process is gone: write the marked records of ``router_id`` (only of
+        ``incarnation`` if given) that have no activation record (ending at ``end_ms``),
+        remove those marks, return what was written."""
         ...
 
     async def list_activations(

@@ -60,6 +60,7 @@ def migrations(schema: str) -> list[tuple[int, list[str]]]:
                 f"""CREATE TABLE {s}.in_flight (
                     activation_id TEXT PRIMARY KEY,
                     router_id TEXT NOT NULL,
+                    incarnation TEXT NOT NULL,
                     doc JSONB NOT NULL)""",
                 f"CREATE INDEX in_flight_by_router ON {s}.in_flight (router_id)",
             ],
@@ -217,17 +218,20 @@ class PostgresStore:
             [dump_doc(r) for r in records],
         )
 
-    async def mark_in_flight(self, router_id: str, records: list[dict[str, Any]]) -> None:
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
         if not records:
             return
         await self._fetch(
-            f"INSERT INTO {self._in_flight} (activation_id, router_id, doc) "
-            "SELECT a, $2, d FROM unnest($1::text[], $3::text[]::jsonb[]) AS t(a, d) "
+            f"INSERT INTO {self._in_flight} (activation_id, router_id, incarnation, doc) "
+            "SELECT a, $2, $4, d FROM unnest($1::text[], $3::text[]::jsonb[]) AS t(a, d) "
             "ON CONFLICT (activation_id) DO UPDATE SET router_id = excluded.router_id, "
-            "doc = excluded.doc",
+            "incarnation = excluded.incarnation, doc = excluded.doc",
             [activation_key(r)[0] for r in records],
             router_id,
             [dump_doc(r) for r in records],
+            incarnation,
         )
 
     async def drop_in_flight(self, activation_ids: list[str]) -> None:
@@ -237,15 +241,19 @@ class PostgresStore:
                 activation_ids,
             )
 
-    async def recover_in_flight(self, router_id: str, end_ms: int) -> list[dict[str, Any]]:
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
         import asyncpg
 
         written: list[dict[str, Any]] = []
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(
-                    f"DELETE FROM {self._in_flight} WHERE router_id = $1 RETURNING doc",
+                    f"DELETE FROM {self._in_flight} WHERE router_id = $1 "
+                    "AND ($2::text IS NULL OR incarnation = $2) RETURNING doc",
                     router_id,
+                    incarnation,
                 )
                 for row in rows:
                     record = finish_marked(load_doc(row[0]), end_ms)

@@ -64,6 +64,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             """CREATE TABLE in_flight (
                 activation_id TEXT PRIMARY KEY,
                 router_id TEXT NOT NULL,
+                incarnation TEXT NOT NULL,
                 doc TEXT NOT NULL)""",
             "CREATE INDEX in_flight_by_router ON in_flight (router_id)",
         ],
@@ -232,14 +233,17 @@ class SQLiteStore:
 
         await self._call(self._write, put)
 
-    async def mark_in_flight(self, router_id: str, records: list[dict[str, Any]]) -> None:
-        rows = [(activation_key(r)[0], router_id, dump_doc(r)) for r in records]
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
+        rows = [(activation_key(r)[0], router_id, incarnation, dump_doc(r)) for r in records]
 
         def mark(conn: sqlite3.Connection) -> None:
             conn.executemany(
-                "INSERT INTO in_flight (activation_id, router_id, doc) VALUES (?, ?, ?) "
-                "ON CONFLICT (activation_id) DO UPDATE SET "
-                "router_id = excluded.router_id, doc = excluded.doc",
+                "INSERT INTO in_flight (activation_id, router_id, incarnation, doc) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (activation_id) DO UPDATE SET "
+                "router_id = excluded.router_id, incarnation = excluded.incarnation, "
+                "doc = excluded.doc",
                 rows,
             )
 
@@ -255,10 +259,14 @@ class SQLiteStore:
         if activation_ids:
             await self._call(self._write, drop)
 
-    async def recover_in_flight(self, router_id: str, end_ms: int) -> list[dict[str, Any]]:
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
         def recover(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             rows = conn.execute(
-                "DELETE FROM in_flight WHERE router_id = ? RETURNING doc", (router_id,)
+                "DELETE FROM in_flight WHERE router_id = ? "
+                "AND (? IS NULL OR incarnation = ?) RETURNING doc",
+                (router_id, incarnation, incarnation),
             ).fetchall()
             written = []
             for (doc,) in rows:

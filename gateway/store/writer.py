@@ -44,6 +44,7 @@ class ActivationWriter:
         max_delay: float = 0.05,
         clock: EventClock | None = None,
         owner: str = "",
+        incarnation: str = "",
     ) -> None:
         if max_batch < 1 or max_delay < 0:
             raise ValueError("max_batch must be >= 1 and max_delay >= 0")
@@ -62,6 +63,7 @@ class ActivationWriter:
         self._failures = 0
         self.batches_written = 0
         self.owner = owner  # the router id that in-flight marks are recorded under
+        self.incarnation = incarnation  # and the process under that id
         self._marks: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._drops: list[str] = []
         # activation id -> (timer, mark) of marks deferred by ``mark(delay=...)``
@@ -130,7 +132,9 @@ class ActivationWriter:
             drops, self._drops = self._drops, []
             try:  # marks first: a drop may be for a mark of this very batch
                 if marks:
-                    await self._store.mark_in_flight(self.owner, [r for r, _ in marks])
+                    await self._store.mark_in_flight(
+                        self.owner, [r for r, _ in marks], incarnation=self.incarnation
+                    )
                 if drops:
                     await self._store.drop_in_flight(drops)
             except Exception:

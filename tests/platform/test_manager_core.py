@@ -124,6 +124,17 @@ def test_a_restarted_router_does_not_inherit_its_predecessors_busy_containers() 
     assert core.containers[busy].state is CState.UNASSIGNED
 
 
+def test_the_same_process_registering_again_keeps_its_containers() -> None:
+    """Only another process (incarnation) under the id means the old one died."""
+    core, _, _ = make(lease_seconds=10)
+    core.register("r1", "u1", incarnation="p1")
+    (cid,) = create(core, "r1", spec("a"))
+    assert [c.id for c in core.register("r1", "u1", incarnation="p1")] == [cid]
+    assert core.containers[cid].state is CState.ASSIGNED
+    assert core.register("r1", "u1", incarnation="p2") == []
+    assert core.containers[cid].state is CState.QUARANTINED
+
+
 def test_adopted_containers_wait_for_their_owner() -> None:
     core, _, _ = make(lease_seconds=5)
     core.adopt("c-1", spec(), "url", {})

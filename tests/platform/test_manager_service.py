@@ -181,7 +181,9 @@ async def test_a_router_whose_lease_expires_has_its_activations_recorded(tmp_pat
         "duration": 0,
         "response": {"status": "whisk internal error", "statusCode": 3, "success": False},
     }
-    await store.mark_in_flight("host-123", [lost])
+    await store.mark_in_flight("host-123", [lost], incarnation="p1")
+    running = {**lost, "activationId": "b" * 32}
+    await store.mark_in_flight("host-123", [running], incarnation="p2")
     clock = FakeEventClock()
     service = ManagerService(
         MemoryBackend(),
@@ -190,8 +192,8 @@ async def test_a_router_whose_lease_expires_has_its_activations_recorded(tmp_pat
     )
     await service.start()
     try:
-        service.core.register("host-123", "http://127.0.0.1:1")
-        service.core.register("host-456", "http://127.0.0.1:2")
+        service.core.register("host-123", "http://127.0.0.1:1", incarnation="p1")
+        service.core.register("host-456", "http://127.0.0.1:2", incarnation="q1")
         clock.advance(4)
         service.core.renew("host-456")
         await service.wait_idle()
@@ -202,6 +204,15 @@ async def test_a_router_whose_lease_expires_has_its_activations_recorded(tmp_pat
         assert record is not None
         assert record["response"]["status"] == "whisk internal error"
         assert record["end"] >= record["start"]
+        # a mark of another process under the id (say, started meanwhile) is not its to take
+        assert await store.get_activation("guest", "b" * 32) is None
+        # a new process taking over a live lease: the old one's marks are recorded at once
+        await store.mark_in_flight(
+            "host-456", [{**lost, "activationId": "c" * 32}], incarnation="q1"
+        )
+        service.core.register("host-456", "http://127.0.0.1:3", incarnation="q2")
+        await service.wait_idle()
+        assert await store.get_activation("guest", "c" * 32) is not None
     finally:
         await service.stop()
         await store.close()

@@ -49,6 +49,16 @@ async def test_recovery_never_replaces_a_record(store: Store) -> None:
     assert kept is not None and kept["response"]["status"] == "success"
 
 
+async def test_recovery_of_one_process_leaves_its_successors_marks(store: Store) -> None:
+    """The manager recovers what the lost process left, not what a new process under the
+    same router id has in flight; a router starting recovers every earlier process's."""
+    await store.mark_in_flight("r1", [failure("5" * 32, 1000)], incarnation="old")
+    await store.mark_in_flight("r1", [failure("6" * 32, 1000)], incarnation="new")
+    lost = await store.recover_in_flight("r1", 2000, incarnation="old")
+    assert [r["activationId"] for r in lost] == ["5" * 32]
+    assert [r["activationId"] for r in await store.recover_in_flight("r1", 3000)] == ["6" * 32]
+
+
 async def test_dropped_marks_are_not_recovered(store: Store) -> None:
     await store.mark_in_flight("r1", [failure("f" * 32, 1000)])
     await store.drop_in_flight(["f" * 32])
