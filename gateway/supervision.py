@@ -23,8 +23,9 @@ from pathlib import Path
 
 from gateway.flowcontrol.clock import Clock
 
-#: How much of a log's end is read to find its last line.
+#: How much of a log's end is read to find its last line, and how much of that line is shown.
 TAIL_BYTES = 8192
+MAX_LINE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,9 @@ class Backoff:
         self._started = None
         if ran >= s.reset_after_seconds:
             self.failures = 0
-        delay = min(s.max_seconds, s.initial_seconds * s.factor**self.failures)
+        # the exponent stops growing once the cap is reached (a long crash loop must not
+        # overflow the float)
+        delay = min(s.max_seconds, s.initial_seconds * s.factor ** min(self.failures, 64))
         self.failures += 1
         self.restarts += 1
         return delay
@@ -90,7 +93,9 @@ def last_line(path: Path, since: int = 0) -> str:
     except OSError:
         return ""
     lines = [x.strip() for x in data.decode(errors="replace").splitlines() if x.strip()]
-    return lines[-1] if lines else ""
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= MAX_LINE else lines[-1][: MAX_LINE - 3] + "..."
 
 
 def describe_exit(code: int) -> str:

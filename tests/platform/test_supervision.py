@@ -48,6 +48,16 @@ def test_backoff_resets_after_a_healthy_run() -> None:
     assert backoff.restarts == 5
 
 
+def test_a_long_crash_loop_stays_at_the_cap() -> None:
+    clock = FakeEventClock()
+    backoff = Backoff(clock, BackoffSettings(0.5, 2.0, 30.0, 60.0))
+    for _ in range(5000):  # 2.0 ** 5000 would overflow a float
+        backoff.started()
+        clock.advance(1.0)
+        delay = backoff.exited()
+    assert delay == 30.0 and backoff.restarts == 5000
+
+
 def test_backoff_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         BackoffSettings(initial_seconds=5.0, max_seconds=1.0)
@@ -63,6 +73,9 @@ def test_last_line_reads_only_what_this_run_wrote(tmp_path: Path) -> None:
     with open(log, "a") as f:
         f.write("starting\nboom: the reason\n\n")
     assert last_line(log, offset) == "boom: the reason"
+    with open(log, "a") as f:
+        f.write("x" * 10_000 + "\n")
+    assert last_line(log, offset) == "x" * 497 + "..."
     assert describe_exit(-9) == "killed by SIGKILL"
     assert describe_exit(3) == "exit code 3"
 
