@@ -165,13 +165,34 @@ class Child:
             if not chunk:  # stdout closed: the child is exiting
                 return False
             self._buffer += chunk
-            line, sep, _ = self._buffer.partition(b"\n")
+            line, sep, rest = self._buffer.partition(b"\n")
+            if not sep and len(self._buffer) > TAIL_BYTES:
+                raise StartError(f"{self.spec.name} printed no address line")
             if sep:
+                self._keep(rest)
                 text = line.decode(errors="replace")
                 if not text.startswith("LISTENING "):
                     raise StartError(f"{self.spec.name} printed {text!r} instead of its address")
                 self.url = text.split()[1]
         return self.ready
+
+    def drain(self) -> None:
+        """Move what the child printed after its announcement to its log: a pipe nobody
+        reads would fill and block the child's next print."""
+        out = self.proc.stdout
+        if out is None or out.closed or not self.url:
+            return
+        while select.select([out], [], [], 0)[0]:
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                out.close()
+                return
+            self._keep(chunk)
+
+    def _keep(self, data: bytes) -> None:
+        if data:
+            with open(self.spec.log, "ab") as log:
+                log.write(data)
 
     def check_start(self, probe: Callable[[], bool] | None = None) -> bool:
         """Whether the child serves yet (its announcement, or ``probe`` for a child that
@@ -282,6 +303,8 @@ class Supervisor:
                 if code is None:
                     if not child.ready:
                         self._check_restarted(slot, child, now)
+                    else:
+                        child.drain()
                     continue
                 why = f"{slot.spec.name} exited ({describe_exit(code)}): {child.last_error()}"
                 if child.proc.stdout is not None:

@@ -147,6 +147,32 @@ def test_a_dead_child_is_restarted_with_back_off_and_stops_in_reverse_order(
     assert marker.read_text().split() == ["b", "a"]
 
 
+def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -> None:
+    """Nobody reads a child's stdout after the announcement but the supervisor: unread, a
+    full pipe (64 KiB) would block the child's next print."""
+    code = (
+        "import sys, time\n"
+        "print('LISTENING http://127.0.0.1:1/', flush=True)\n"
+        "for i in range(2000):\n"
+        "    print('line', i, 'x' * 100, flush=True)\n"
+        "print('done', file=sys.stderr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    supervisor = Supervisor(report=lambda _: None)
+    try:
+        supervisor.add(Spec("chatty", _python(code), tmp_path / "c.log"))
+        supervisor.wait_ready(30)
+        deadline = time.monotonic() + 30
+        text = ""
+        while not ("done" in text and "line 1999 " in text) and time.monotonic() < deadline:
+            supervisor.tick()
+            time.sleep(0.02)
+            text = (tmp_path / "c.log").read_text()
+        assert "done" in text and "line 1999 " in text
+    finally:
+        supervisor.stop()
+
+
 def test_a_child_that_may_not_restart_is_reported(tmp_path: Path) -> None:
     reports: list[str] = []
     supervisor = Supervisor(report=reports.append)
