@@ -7,6 +7,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from platform_support import alive
 
 from gateway.manager.backends import load_backend
 from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
@@ -101,18 +102,10 @@ async def test_a_create_cancelled_midway_leaves_no_process(tmp_path: Path) -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(200):
-        if not running(pid):
+        if not alive(pid):
             break
         await asyncio.sleep(0.02)
     else:
         raise AssertionError(f"runtime {pid} still running after the create was cancelled")
     assert not (tmp_path / "c-cancel").exists()
     await backend.close()
-
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+from platform_support import alive
 
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.router.api import MARK_DELAY
@@ -43,14 +44,6 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 TENANTS_CONFIG = """\
