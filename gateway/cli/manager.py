@@ -11,19 +11,58 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.logs import add_log_level, configure_logging
+
 DEFAULT_MANAGER = "http://127.0.0.1:7071"
 DEFAULT_TOKEN_FILE = ".apf-gateway/internal-token"
 TOKEN_HELP = "file holding the internal token (0600; APF_INTERNAL_TOKEN wins if set)"
+TOKEN_DEFAULT_HELP = f"{TOKEN_HELP} (default {DEFAULT_TOKEN_FILE})"
+
+MANAGER_HELP = f"manager URL (default {DEFAULT_MANAGER})"
+
+
+DESCRIPTION = """\
+The container manager, a singleton: it creates action containers (local processes or
+Kubernetes pods) when routers ask for them, assigns each to one router under a renewed lease,
+keeps stem cells (prewarmed containers) ready, evicts and removes containers (an action's
+eviction.safe decides when), and reassigns the containers of a router that stops renewing.
+'serve' runs it; the other actions ask a running manager.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("manager", help="the container manager (singleton)")
+    parser = subparsers.add_parser(
+        "manager",
+        help="the container manager (singleton)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="manager_command", metavar="ACTION", required=True)
 
-    serve = sub.add_parser("serve", help="run the manager")
-    serve.add_argument("--listen", default="127.0.0.1:7071", help="HOST:PORT (port 0: any)")
-    serve.add_argument("--state-dir", default=".apf-gateway", help="containers' state and logs")
-    serve.add_argument("--backend", default="local", help="container backend: local, kubernetes")
+    serve = sub.add_parser(
+        "serve",
+        help="run the manager",
+        description="Run the container manager; it prints 'LISTENING URL' on stdout once it "
+        "serves and logs what it does (routers, containers created, evicted, removed) on stderr.",
+    )
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:7071",
+        metavar="HOST:PORT",
+        help="address for routers and operators; port 0 picks a free port (default 127.0.0.1:7071)",
+    )
+    serve.add_argument(
+        "--state-dir",
+        default=".apf-gateway",
+        metavar="DIR",
+        help="local backend: containers' state and logs (default .apf-gateway)",
+    )
+    serve.add_argument(
+        "--backend",
+        default="local",
+        metavar="NAME",
+        help="container backend: local (processes) or kubernetes (pods) (default local)",
+    )
     serve.add_argument(
         "--backend-option",
         action="append",
@@ -31,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME=VALUE",
         help="kubernetes backend option (as its APF_K8S_NAME variable; the flag wins), "
         "e.g. namespace=actions, images=python:3.11=openwhisk/action-python-v3.11; "
-        "local backend sandbox option, e.g. network=host, user=nobody (docs/platform.md)",
+        "local backend sandbox option, e.g. network=host, user=nobody (docs/platform.md) "
+        "(default: none)",
     )
     serve.add_argument(
         "--internal-token-file",
@@ -39,38 +79,86 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help=TOKEN_HELP + "; created if missing (default STATE_DIR/internal-token)",
     )
-    serve.add_argument("--lease-seconds", type=float, default=10.0, help="router lease length")
-    serve.add_argument("--quota", type=int, default=100, help="containers per namespace")
     serve.add_argument(
-        "--namespace-quota", action="append", default=[], metavar="NS=N", help="per-namespace"
+        "--lease-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="router lease: a router that does not renew within it loses its containers "
+        "(default 10)",
     )
-    serve.add_argument("--grace-seconds", type=float, default=5.0, help="SIGTERM -> SIGKILL")
+    serve.add_argument(
+        "--quota", type=int, default=100, metavar="N", help="containers per namespace (default 100)"
+    )
+    serve.add_argument(
+        "--namespace-quota",
+        action="append",
+        default=[],
+        metavar="NS=N",
+        help="containers of one namespace, repeatable (default: --quota)",
+    )
+    serve.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="removing a container: SIGTERM, then SIGKILL after this long (default 5)",
+    )
     serve.add_argument(
         "--eviction-retry-seconds",
         type=float,
         default=5.0,
-        help="retry a refused eviction (a disruption budget) after this long",
+        metavar="SECONDS",
+        help="retry a refused eviction (a disruption budget) after this long (default 5)",
     )
     serve.add_argument(
-        "--unassigned-idle-seconds", type=float, default=600.0, help="remove unowned containers"
+        "--router-wait-seconds",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM (not SIGINT), wait up to this long for routers to deregister before "
+        "removing containers (default 0: do not wait; 'apf-gateway up' sets 35)",
     )
     serve.add_argument(
-        "--prewarm", action="append", default=[], metavar="KIND=N", help="stem cells per kind"
+        "--store",
+        default=None,
+        metavar="URL",
+        help="the routers' store (sqlite:///PATH or postgresql://...): the activations a "
+        "router whose lease expired left running are recorded there as whisk internal errors "
+        "(default: none, only a router restarted under the same id records them)",
+    )
+    serve.add_argument(
+        "--unassigned-idle-seconds",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="remove a warm container no router has used for this long (default 600)",
+    )
+    serve.add_argument(
+        "--prewarm",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="stem cells kept ready per runtime kind, repeatable (default: none)",
     )
     serve.add_argument(
         "--keep-containers",
         action="store_true",
-        help="leave containers running on exit (manager restart/upgrade)",
+        help="leave containers running on exit, for a manager restart or upgrade "
+        "(default: remove them)",
     )
+    add_log_level(serve)
     serve.set_defaults(func=_serve)
 
     for name, help_ in (("drain", "upgrade-style drain"), ("containers", "list containers")):
         cmd = sub.add_parser(name, help=help_)
-        cmd.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
-        cmd.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
+        cmd.add_argument("--manager", default=DEFAULT_MANAGER, help=MANAGER_HELP)
+        cmd.add_argument(
+            "--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_DEFAULT_HELP
+        )
         if name == "drain":
-            cmd.add_argument("--namespace", help="only this namespace")
-            cmd.add_argument("--action", help="only this action (NS/NAME or NAME)")
+            cmd.add_argument("--namespace", help="only this namespace (default: all)")
+            cmd.add_argument("--action", help="only this action, NS/NAME or NAME (default: all)")
             cmd.add_argument(
                 "--wait",
                 type=float,
@@ -82,10 +170,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         cmd.set_defaults(func=_drain if name == "drain" else _list)
 
     evict = sub.add_parser("evict", help="evict one container, if its eviction.safe allows")
-    evict.add_argument("container")
-    evict.add_argument("--reason", default="upgrade", choices=["upgrade", "space", "scale-down"])
-    evict.add_argument("--manager", default=DEFAULT_MANAGER, help="manager URL")
-    evict.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_HELP)
+    evict.add_argument("container", help="container id (see 'manager containers')")
+    evict.add_argument(
+        "--reason",
+        default="upgrade",
+        choices=["upgrade", "space", "scale-down"],
+        help="what the eviction is for; the action's eviction.safe decides (default upgrade)",
+    )
+    evict.add_argument("--manager", default=DEFAULT_MANAGER, help=MANAGER_HELP)
+    evict.add_argument("--internal-token-file", default=DEFAULT_TOKEN_FILE, help=TOKEN_DEFAULT_HELP)
     evict.set_defaults(func=_evict)
 
 
@@ -107,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.platform.internal_token import resolve
     from gateway.platform.serving import run
 
+    configure_logging(args.log_level)
     options: dict[str, Any] = {}
     for item in args.backend_option:
         name, sep, value = item.partition("=")
@@ -121,6 +215,17 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.router_wait_seconds < 0:
+        print("--router-wait-seconds must be >= 0", file=sys.stderr)
+        return 2
+    if args.store:
+        from gateway.store import StoreError, open_store
+
+        try:
+            open_store(args.store)  # the URL only; the service opens it
+        except StoreError as exc:
+            print(f"--store: {exc}", file=sys.stderr)
+            return 2
     token_file = args.internal_token_file or Path(args.state_dir) / "internal-token"
     try:
         token = resolve(token_file, create=True)
@@ -139,8 +244,11 @@ def _serve(args: argparse.Namespace) -> int:
         remove_on_exit=not args.keep_containers,
         eviction_retry_seconds=args.eviction_retry_seconds,
         internal_token=token,
+        router_wait_seconds=args.router_wait_seconds,
+        store_url=args.store,
     )
-    return run(build_app(ManagerService(backend, settings)), args.listen)
+    service = ManagerService(backend, settings)
+    return run(build_app(service), args.listen, drain=service.wait_for_routers)
 
 
 def _token(args: argparse.Namespace) -> str | None:

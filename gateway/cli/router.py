@@ -7,40 +7,101 @@ import os
 import socket
 import sys
 
+from gateway.cli.logs import add_log_level, configure_logging
+
+DESCRIPTION = """\
+Run one ContainerRouter: the OpenWhisk action API (actions, invocations, activation records)
+behind the front door, which authenticates callers and forwards their identity. The router
+asks the container manager for containers, keeps them warm, runs activations in them and
+writes activation records to the store. Several routers share one store and one manager.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("router", help="a ContainerRouter (OpenWhisk action API)")
-    parser.add_argument("--listen", default="127.0.0.1:7080", help="HOST:PORT (port 0: any)")
+    parser = subparsers.add_parser(
+        "router",
+        help="a ContainerRouter (OpenWhisk action API)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:7080",
+        metavar="HOST:PORT",
+        help="private address for the manager and peer routers; port 0 picks a free port, "
+        "printed as 'LISTENING URL' on stdout (default 127.0.0.1:7080)",
+    )
     parser.add_argument(
         "--shared-listen",
         default=None,
         metavar="HOST:PORT",
-        help="also serve the API on this port, shared with other routers (SO_REUSEPORT)",
+        help="also serve the API on this port, shared with other routers (SO_REUSEPORT) "
+        "(default: none)",
     )
-    parser.add_argument("--manager", default="http://127.0.0.1:7071", help="manager URL")
     parser.add_argument(
-        "--store", default="sqlite:///.apf-gateway/platform.db", help="store URL (sqlite/postgres)"
+        "--manager",
+        default="http://127.0.0.1:7071",
+        metavar="URL",
+        help="container manager URL (default http://127.0.0.1:7071)",
     )
-    parser.add_argument("--id", default=None, help="router id (default: host-pid)")
+    parser.add_argument(
+        "--store",
+        default="sqlite:///.apf-gateway/platform.db",
+        metavar="URL",
+        help="actions and activation records: sqlite:///PATH or postgresql://... "
+        "(default sqlite:///.apf-gateway/platform.db)",
+    )
+    parser.add_argument(
+        "--id",
+        default=None,
+        help="router id, unique among live routers; a router started again under the id of "
+        "one that died records that one's unfinished activations (default: HOST-PID)",
+    )
     parser.add_argument(
         "--internal-token-file",
         default=".apf-gateway/internal-token",
         metavar="PATH",
-        help="the manager's internal token (0600; APF_INTERNAL_TOKEN wins if set)",
+        help="the manager's internal token (0600; APF_INTERNAL_TOKEN wins if set; "
+        "default .apf-gateway/internal-token)",
     )
     parser.add_argument(
         "--trusted-network",
         action="append",
         default=None,
         metavar="CIDR",
-        help="front door / peer addresses whose X-Remote-* headers are believed "
+        help="front door / peer addresses whose X-Remote-* headers are believed, repeatable "
         "(default 127.0.0.1/32 and ::1/128)",
     )
-    parser.add_argument("--buffer-seconds", type=float, default=10.0, help="wait for a slot")
-    parser.add_argument("--pause-grace", type=float, default=10.0, help="idle before pause")
-    parser.add_argument("--idle-timeout", type=float, default=600.0, help="idle before give back")
-    parser.add_argument("--action-cache-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--buffer-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long an invocation waits for a free container before 429 (default 10)",
+    )
+    parser.add_argument(
+        "--pause-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="idle time before a warm container is paused (default 10)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="idle time before a container is given back to the manager (default 600)",
+    )
+    parser.add_argument(
+        "--action-cache-seconds",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long an action read from the store is reused (default 1)",
+    )
     add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
+    add_log_level(parser)
     parser.set_defaults(func=_run)
 
 
@@ -68,10 +129,13 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.router.api import build_app
     from gateway.router.app import Router, RouterSettings
     from gateway.router.identity import DEFAULT_TRUSTED
+    from gateway.store import StoreError, open_store
 
+    configure_logging(args.log_level)
     try:
         if not args.max_blocking_wait > 0:
             raise ValueError(f"--max-blocking-wait must be positive, got {args.max_blocking_wait}")
+        open_store(args.store)  # the URL only; the router opens it when it starts
         token = resolve(args.internal_token_file)
         host, port = parse_listen(args.listen)
         sock = bind(host, port)
@@ -93,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
                 internal_token=token,
             )
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreError) as exc:
         print(f"apf-gateway router: {exc}", file=sys.stderr)
         return 2
     run_async(serve_until_signal(build_app(router, url_of(sock)), sock, *shared))

@@ -3,28 +3,29 @@
 Layout: the front door (``apf-gateway serve``) authenticates OpenWhisk API keys and forwards
 identity to one upstream port that all routers share (SO_REUSEPORT: the kernel spreads
 connections over them, no extra hop); each router also has a private port for the manager and
-its peers. Children run in their own sessions so that Ctrl-C reaches only this process, which
-stops them in order: front door, routers (they flush activation records and give back their
-containers), manager (it removes every container). Children also get SIGTERM if this process
-dies (``PR_SET_PDEATHSIG``), and a final sweep kills any runtime process still recorded.
+its peers. ``gateway.supervision`` runs the children: in their own sessions, so that Ctrl-C
+reaches only this process, which stops them in order (front door, routers, manager, then a
+sweep of runtime processes still recorded); restarted with back-off when they die. If this
+process dies, its children get SIGTERM (``PR_SET_PDEATHSIG``) and stop in the same order by
+themselves: routers finish their activations, the manager waits for them
+(``--router-wait-seconds``) before removing containers.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
-import select
 import signal
 import socket
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway.cli.router import add_blocking_wait
+from gateway.supervision import Spec, StartError, Supervisor
 
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
@@ -34,30 +35,64 @@ DEFAULT_API_KEY = (
 #: How much longer than the blocking wait the front door waits for a router's answer.
 BLOCKING_MARGIN = 10.0
 
+#: How long a stopping router may take to finish its activations (aiohttp's shutdown timeout).
+ROUTER_DRAIN_SECONDS = 30.0
+
+DESCRIPTION = """\
+Run the whole platform on this machine: the front door (authentication, API Priority and
+Fairness) on --listen, N routers (the OpenWhisk action API) behind it and the container
+manager, each a child process logging to STATE-DIR/logs.
+
+Failures: a child that exits while starting stops 'up' at once with its last log line. Once
+up, a child that exits is restarted (back-off 0.5 s doubling to 30 s, reset after 60 s of
+healthy running); an activation whose router died is recorded as a 'whisk internal error'.
+Ctrl-C or SIGTERM stops the front door, then the routers (they finish what they run), then
+the manager (it removes the containers). If 'up' itself is killed, its children stop in the
+same order on their own.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("up", help="run front door + routers + manager locally")
-    parser.add_argument(
-        "--listen", default="127.0.0.1:3233", help="front door HOST:PORT (default 127.0.0.1:3233)"
+    parser = subparsers.add_parser(
+        "up",
+        help="run front door + routers + manager locally",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--routers", type=int, default=2, help="number of routers (default 2)")
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:3233",
+        metavar="HOST:PORT",
+        help="front door address; port 0 picks a free port, printed when up "
+        "(default 127.0.0.1:3233)",
+    )
+    parser.add_argument(
+        "--routers", type=int, default=2, metavar="N", help="number of routers (default 2)"
+    )
     parser.add_argument(
         "--state-dir",
         default=".apf-gateway",
-        help="store, keys, containers, logs (default .apf-gateway)",
+        metavar="DIR",
+        help="store, keys, containers and logs (default .apf-gateway)",
     )
     parser.add_argument(
         "--api-key",
         default=DEFAULT_API_KEY,
-        help="UUID:KEY for namespace guest (default: the well-known OpenWhisk standalone key)",
+        metavar="UUID:KEY",
+        help="API key of namespace guest (default: the well-known OpenWhisk standalone key)",
     )
     parser.add_argument(
         "--prewarm",
         default="python:3=1",
-        help="stem cells KIND=N, '' for none (default python:3=1)",
+        metavar="KIND=N",
+        help="stem cells kept ready per runtime kind, '' for none (default python:3=1)",
     )
     parser.add_argument(
-        "--quota", type=int, default=100, help="containers per namespace (default 100)"
+        "--quota",
+        type=int,
+        default=100,
+        metavar="N",
+        help="containers per namespace (default 100)",
     )
     parser.add_argument(
         "--config",
@@ -66,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="PATH",
         help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
-        "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change",
+        "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change "
+        "(default: none, Kubernetes' built-in objects)",
     )
     add_blocking_wait(parser, "passed to the routers")
     parser.add_argument(
@@ -95,52 +131,27 @@ def read_timeout_for(max_blocking_wait: float, given: float | None) -> float:
     return given
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _free_port(host: str, port: int) -> int:
+    """Check that ``host:port`` can be bound (as the front door will bind it) and return the
+    port; port 0 picks a free one. ``OSError`` says why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        return int(sock.getsockname()[1])
 
 
-class Child:
-    def __init__(self, name: str, argv: list[str], log: Path, announce: bool = True) -> None:
-        self.name = name
-        self.log = log
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if announce else err,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
-            )
-        self.url = ""
-        if announce:
-            assert self.proc.stdout is not None
-            ready, _, _ = select.select([self.proc.stdout], [], [], 20)
-            line = self.proc.stdout.readline().decode() if ready else ""
-            if not line.startswith("LISTENING "):
-                raise RuntimeError(f"{name} did not start; see {log}")
-            self.url = line.split()[1]
+def _probe(host: str, port: int) -> Callable[[], bool]:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
 
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+    def accepts() -> bool:
+        try:
+            with socket.create_connection((target, port), 0.2):
+                return True
+        except OSError:
+            return False
 
-
-def _wait_http(host: str, port: int, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
-            return True
-        time.sleep(0.05)
-    return False
+    return accepts
 
 
 def _sweep(state: Path) -> None:
@@ -161,30 +172,44 @@ def _internal_token(root: Path) -> Path:
     return path
 
 
+def _fail(message: str) -> int:
+    print(f"apf-gateway up: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 def _up(args: argparse.Namespace) -> int:
     from gateway.platform.serving import bind, parse_listen
 
     uuid, sep, key = args.api_key.partition(":")
     if not sep or not uuid or not key:
-        print("--api-key must be UUID:KEY", file=sys.stderr)
-        return 2
+        return _fail("--api-key must be UUID:KEY")
     if args.routers < 1:
-        print("--routers must be >= 1", file=sys.stderr)
-        return 2
+        return _fail("--routers must be >= 1")
+    if args.quota < 1:
+        return _fail("--quota must be >= 1")
+    for path in args.config:
+        if not Path(path).exists():
+            return _fail(f"--config {path}: no such file or directory")
     try:
-        host, port = parse_listen(args.listen, 3233)
         read_timeout = read_timeout_for(args.max_blocking_wait, args.upstream_read_timeout)
     except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        return _fail(str(exc))
+    try:
+        host, port = parse_listen(args.listen, 3233)
+        port = _free_port(host, port)
+    except (ValueError, OSError) as exc:
+        return _fail(f"cannot listen on {args.listen}: {_reason(exc)}")
     root = Path(args.state_dir).resolve()
     logs = root / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    token = ["--internal-token-file", str(_internal_token(root))]
     keys = root / "openwhisk-keys"
-    keys.write_text(f"{uuid}:{key},guest,guest\n")
-    keys.chmod(0o600)
-    py = [sys.executable, "-m", "gateway"]
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        token = ["--internal-token-file", str(_internal_token(root))]
+        keys.write_text(f"{uuid}:{key},guest,guest\n")
+        keys.chmod(0o600)
+        manager_port = _free_port("127.0.0.1", 0)
+    except OSError as exc:
+        return _fail(f"cannot use --state-dir {args.state_dir}: {_reason(exc)}")
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -192,29 +217,37 @@ def _up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    children: list[Child] = []
+
+    def report(message: str) -> None:
+        print(f"apf-gateway up: {message}", file=sys.stderr, flush=True)
+
+    supervisor = Supervisor(report=report)
     shared = bind("127.0.0.1", 0, reuse_port=True)  # holds the shared port until routers bind
     shared_port = shared.getsockname()[1]
+    manager_url = f"http://127.0.0.1:{manager_port}"
+    store_url = f"sqlite:///{root / 'platform.db'}"
+    py = [sys.executable, "-m", "gateway"]
+    return_code = 0
     try:
-        manager_args = ["manager", "serve", "--listen", "127.0.0.1:0", *token]
+        manager_args = ["manager", "serve", "--listen", f"127.0.0.1:{manager_port}", *token]
         manager_args += ["--state-dir", str(root / "state"), "--quota", str(args.quota)]
+        manager_args += ["--router-wait-seconds", str(ROUTER_DRAIN_SECONDS + 5)]
+        manager_args += ["--store", store_url]
         if args.prewarm:
             manager_args += ["--prewarm", args.prewarm]
-        manager = Child("manager", py + manager_args, logs / "manager.log")
-        children.append(manager)
+        # SIGINT: when we stop it the routers are gone already, nothing to wait for (SIGTERM,
+        # from PR_SET_PDEATHSIG if we die, makes it wait for them: --router-wait-seconds)
+        manager = Spec("manager", py + manager_args, logs / "manager.log")
+        manager.stop_signal = signal.SIGINT
+        supervisor.add(manager)
         for i in range(1, args.routers + 1):
             router_args = ["router", "--listen", "127.0.0.1:0", "--id", f"router-{i}", *token]
             router_args += ["--shared-listen", f"127.0.0.1:{shared_port}"]
-            router_args += [
-                "--manager",
-                manager.url,
-                "--store",
-                f"sqlite:///{root / 'platform.db'}",
-                "--max-blocking-wait",
-                str(args.max_blocking_wait),
-            ]
-            children.append(Child(f"router-{i}", py + router_args, logs / f"router-{i}.log"))
-        shared.close()
+            router_args += ["--manager", manager_url]
+            router_args += ["--store", store_url]
+            router_args += ["--max-blocking-wait", str(args.max_blocking_wait)]
+            spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
+            supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]
         # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints, which
         # trust loopback callers), and the front door answers errors there in its shape.
@@ -224,32 +257,34 @@ def _up(args: argparse.Namespace) -> int:
         front_args += ["--upstream-read-timeout", str(read_timeout)]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
-        front = Child("front door", py + front_args, logs / "front-door.log", announce=False)
-        children.append(front)
-        if not _wait_http(host, port) or front.proc.poll() is not None:
-            raise RuntimeError(f"the front door did not start; see {front.log}")
-        api = f"http://{host}:{port}"
+        front = Spec("front-door", py + front_args, logs / "front-door.log", announce=False)
+        supervisor.add(front, probe=_probe(host, port))
+        supervisor.wait_ready(cancelled=lambda: stop["now"])
+        shared.close()
+        shown = f"[{host}]" if ":" in host else host
+        api = f"http://{shown}:{port}"
+        routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
         print(f"apf-gateway is up: {api}", flush=True)
         print(f"  API key (namespace guest): {args.api_key}")
         print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
-        print(f"  manager: {manager.url}   routers: {' '.join(c.url for c in children[1:-1])}")
+        print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
-            if any(c.proc.poll() is not None for c in children):
-                dead = [c.name for c in children if c.proc.poll() is not None]
-                print(f"stopping: {', '.join(dead)} exited (see {logs})", file=sys.stderr)
-                return_code = 1
-                break
-            time.sleep(0.2)
-        else:
-            return_code = 0
-    except RuntimeError as exc:
-        print(f"apf-gateway up: {exc}", file=sys.stderr)
+            supervisor.tick()
+            time.sleep(0.1)
+    except (StartError, OSError) as exc:
+        report(str(exc))
         return_code = 1
     finally:
         shared.close()
-        for child in reversed(children):  # front door, routers, then the manager
-            child.stop()
+        supervisor.stop()  # front door, routers, then the manager
         _sweep(root / "state")
     print("apf-gateway stopped", flush=True)
     return return_code
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc)

@@ -9,6 +9,7 @@ gives one).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -21,6 +22,7 @@ from gateway.platform.internal_token import middleware
 
 SERVICE = web.AppKey("service", ManagerService)
 OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})  # everything else: token
+log = logging.getLogger("gateway.manager")
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -49,7 +51,14 @@ async def register(request: web.Request) -> web.Response:
     data = await _body(request)
     if not isinstance(data.get("id"), str) or not isinstance(data.get("url"), str):
         return _error(400, "register needs 'id' and 'url'")
-    held = service.core.register(data["id"], data["url"], data.get("holdings") or [])
+    incarnation = data.get("incarnation")
+    held = service.core.register(
+        data["id"],
+        data["url"],
+        data.get("holdings") or [],
+        incarnation if isinstance(incarnation, str) else "",
+    )
+    log.info("router %s registered at %s with %d containers", data["id"], data["url"], len(held))
     return web.json_response(
         {"lease_seconds": service.core.settings.lease_seconds, "containers": _containers(held)}
     )
@@ -71,6 +80,7 @@ async def deregister(request: web.Request) -> web.Response:
         request.app[SERVICE].core.deregister(request.match_info["router"])
     except UnknownRouter:
         return _error(404, "unknown router")
+    log.info("router %s deregistered; its containers are free", request.match_info["router"])
     return web.json_response({"ok": True})
 
 

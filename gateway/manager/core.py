@@ -47,6 +47,7 @@ class RouterLease:
     id: str
     url: str
     expires: float
+    incarnation: str = ""  # the router process (random per start); "" if not told
 
 
 @dataclass(slots=True)
@@ -86,19 +87,42 @@ class ManagerCore:
         clock: EventClock,
         settings: ManagerSettings,
         on_reclaim: Callable[[Container], None],
+        on_router_lost: Callable[[RouterLease, list[Container]], None] | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings
         self._on_reclaim = on_reclaim
+        # a router's lease expired, or a new process took its id: (its lease, quarantined)
+        self._on_router_lost = on_router_lost or (lambda lease, containers: None)
         self.routers: dict[str, RouterLease] = {}
         self.containers: dict[str, Container] = {}
         self._lease_timer: Timer | None = None
 
     # ---- routers -------------------------------------------------------------------------
-    def register(self, router_id: str, url: str, holdings: Iterable[str] = ()) -> list[Container]:
+    def register(
+        self, router_id: str, url: str, holdings: Iterable[str] = (), incarnation: str = ""
+    ) -> list[Container]:
+        """A router (re)joins, offering the containers it holds.
+
+        A router registers while its lease still runs when it is a new process under the same
+        id (its predecessor died; a different ``incarnation``, or one not told): the
+        predecessor's containers it does not hold may still be running the activations that
+        died with it, so they are quarantined."""
+        held = set(holdings)
+        previous = self.routers.get(router_id)
+        if previous is not None and (not incarnation or previous.incarnation != incarnation):
+            lost = [
+                old
+                for old in self.containers.values()
+                if old.owner == router_id and old.state is CState.ASSIGNED and old.id not in held
+            ]
+            for old in lost:
+                self._quarantine(old, old.action.timeout_ms / 1000)
+            self._orphan_draining(router_id)
+            self._on_router_lost(previous, lost)
         expires = self.clock.now() + self.settings.lease_seconds
-        self.routers[router_id] = RouterLease(router_id, url, expires)
-        for cid in holdings:
+        self.routers[router_id] = RouterLease(router_id, url, expires, incarnation)
+        for cid in held:
             c = self.containers.get(cid)
             if c is None or c.state in (CState.REMOVING, CState.DRAINING):
                 continue
@@ -141,12 +165,15 @@ class ManagerCore:
         now = self.clock.now()
         for lease in [r for r in self.routers.values() if r.expires <= now]:
             del self.routers[lease.id]
-            for c in self.containers.values():
-                if c.owner == lease.id and c.state is CState.ASSIGNED:
-                    self._quarantine(c, c.action.timeout_ms / 1000)
-                elif c.owner == lease.id and c.state is CState.DRAINING:
-                    c.owner = None  # idle once its activation's time limit has passed
-                    self._arm_quarantine(c, c.action.timeout_ms / 1000)
+            lost = [
+                c
+                for c in self.containers.values()
+                if c.owner == lease.id and c.state is CState.ASSIGNED
+            ]
+            for c in lost:
+                self._quarantine(c, c.action.timeout_ms / 1000)
+            self._orphan_draining(lease.id)
+            self._on_router_lost(lease, lost)
         self._arm_lease_check()
 
     # ---- containers ----------------------------------------------------------------------
@@ -297,6 +324,15 @@ class ManagerCore:
         c.idle_timer = self.clock.call_later(
             self.settings.unassigned_idle_seconds, lambda: self._reclaim(c)
         )
+
+    def _orphan_draining(self, router_id: str) -> None:
+        """The draining containers of a router process that is gone: nobody will give them
+        back, so they are removed once their activation's time limit has passed."""
+        for c in self.containers.values():
+            if c.owner == router_id and c.state is CState.DRAINING:
+                c.owner = None
+                self._cancel_timers(c)
+                self._arm_quarantine(c, c.action.timeout_ms / 1000)
 
     def _quarantine(self, c: Container, seconds: float) -> None:
         self._cancel_timers(c)

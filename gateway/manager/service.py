@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +30,19 @@ from gateway.manager.backends.base import (
     Status,
     new_secret,
 )
-from gateway.manager.core import ActionSpec, Container, Grant, ManagerCore, ManagerSettings
+from gateway.manager.core import (
+    ActionSpec,
+    Container,
+    Grant,
+    ManagerCore,
+    ManagerSettings,
+    RouterLease,
+)
 from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
 from gateway.platform.internal_token import bearer
+from gateway.store import Store, StoreError
 
 log = logging.getLogger("gateway.manager")
 
@@ -52,6 +61,11 @@ class ServiceSettings:
     backfill_delay_seconds: float = 0.25
     eviction_retry_seconds: float = 5.0  # a refused eviction is tried again after this
     internal_token: str = field(default="", repr=False)  # required on /v1/*; sent to routers
+    # on SIGTERM, wait this long for routers to finish and deregister before removing the
+    # containers they may still be running activations in (0: do not wait)
+    router_wait_seconds: float = 0.0
+    # the routers' store: the activations a lost router left in flight are recorded there
+    store_url: str | None = None
 
 
 class AcquireRejected(Exception):
@@ -66,7 +80,9 @@ class ManagerService:
     ) -> None:
         self.backend = backend
         self.settings = settings
-        self.core = ManagerCore(clock or AsyncioEventClock(), settings.core, self._on_reclaim)
+        self.core = ManagerCore(
+            clock or AsyncioEventClock(), settings.core, self._on_reclaim, self._on_router_lost
+        )
         self.handles: dict[str, ContainerHandle] = {}
         self.stems: dict[str, list[ContainerHandle]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -76,9 +92,16 @@ class ManagerService:
         self.disruptions = Disruptions(self)
         self.started = False
         self.stopping = False
+        self.store: Store | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
+        if self.settings.store_url:
+            from gateway.store import open_store
+
+            store = open_store(self.settings.store_url)
+            await store.open()
+            self.store = store
         token = self.settings.internal_token
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None), headers=bearer(token) if token else None
@@ -94,9 +117,13 @@ class ManagerService:
                 log.warning("container %s has unreadable labels (%s); removing it", handle.id, exc)
                 self.spawn(self.remove(handle.id, 0.0, "unreadable"))
                 continue
-            agent = self.backend.agent(handle)
-            self.core.adopt(handle.id, spec, handle.url, agent, handle.secret)
-        log.info("recovered %d containers", len(self.handles))
+            self.core.adopt(handle.id, spec, handle.url, self.backend.agent(handle), handle.secret)
+        log.info(
+            "recovered %d containers from the %s backend; stem cells: %s",
+            len(self.handles),
+            type(self.backend).__name__,
+            ", ".join(f"{k}={n}" for k, n in self.settings.prewarm.items()) or "none",
+        )
         for kind in self.settings.prewarm:
             self.spawn(self._backfill(kind))
         self.started = True
@@ -108,6 +135,22 @@ class ManagerService:
         if not self.started:
             return False, "recovering the backend's containers"
         return True, "ok"
+
+    async def wait_for_routers(self) -> None:
+        """Shutdown, before containers go: routers stopping beside us (``apf-gateway up``
+        killed, every child told at once) finish their activations first. Ends when every
+        router has deregistered or lost its lease, or after ``router_wait_seconds``."""
+        self.stopping = True
+        wait = self.settings.router_wait_seconds
+        if wait <= 0 or not self.settings.remove_on_exit or not self.core.routers:
+            return
+        log.info("stopping: waiting up to %gs for %d routers", wait, len(self.core.routers))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while self.core.routers and loop.time() < deadline:  # noqa: ASYNC110 - the pure core signals nothing
+            await asyncio.sleep(0.1)
+        if self.core.routers:
+            log.warning("stopping with routers still registered: %s", sorted(self.core.routers))
 
     async def stop(self) -> None:
         self.stopping = True
@@ -123,6 +166,8 @@ class ManagerService:
         await self.backend.close()
         if self._http is not None:
             await self._http.close()
+        if self.store is not None:
+            await self.store.close()
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -201,6 +246,7 @@ class ManagerService:
             self.core.removed(c.id)
             return None
         self.metrics.creations.labels(a.kind, source, "ok").inc()
+        log.info("created container %s for %s (%s) for router %s", c.id, a.key, source, c.owner)
         self.handles[c.id] = handle
         done = self.core.created(c.id, handle.url, self.backend.agent(handle), handle.secret)
         if done is None:  # removed meanwhile
@@ -256,8 +302,40 @@ class ManagerService:
             if handle is not None:
                 await self.backend.remove(handle, grace)
                 self.metrics.removals.labels(reason).inc()
+                log.info("removed container %s (%s)", cid, reason)
         finally:
             self.core.removed(cid)
+
+    def _on_router_lost(self, lease: RouterLease, containers: list[Container]) -> None:
+        log.warning(
+            "router %s is gone (lease expired or restarted): %d containers quarantined until "
+            "their activations' timeout: %s",
+            lease.id,
+            len(containers),
+            " ".join(c.id for c in containers) or "-",
+        )
+        if self.store is not None and lease.incarnation:
+            self.spawn(self._record_lost(self.store, lease.id, lease.incarnation))
+
+    @staticmethod
+    async def _record_lost(store: Store, router_id: str, incarnation: str) -> None:
+        """The activations the lost router process had in flight get their ``whisk internal
+        error`` record (only that process's: a new one under the same id may be running).
+        A router that was only slow, not dead, replaces it with the real one later."""
+        try:
+            records = await store.recover_in_flight(
+                router_id, int(time.time() * 1000), incarnation=incarnation
+            )
+        except StoreError as exc:
+            log.error("cannot record the activations router %s left: %s", router_id, exc)
+            return
+        if records:
+            log.warning(
+                "recorded %d activations router %s left unfinished as whisk internal errors: %s",
+                len(records),
+                router_id,
+                " ".join(r["activationId"] for r in records),
+            )
 
     def _on_reclaim(self, c: Container) -> None:
         if c.drain is not None:

@@ -10,7 +10,7 @@ import asyncio
 import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -45,33 +45,47 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+Drain = Callable[[], Awaitable[None]]
+
+
 async def serve_until_signal(
-    app: web.Application, sock: socket.socket, *more: socket.socket
+    app: web.Application, sock: socket.socket, *more: socket.socket, drain: Drain | None = None
 ) -> None:
-    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM."""
+    """Serve on ``sock`` (announced) and ``more`` sockets until SIGINT/SIGTERM. On SIGTERM
+    (an orchestrator, a supervisor that died) await ``drain`` first, still serving: peers
+    may need us while they finish. SIGINT (Ctrl-C, a supervisor stopping its children in
+    order) stops at once."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
     await runner.setup()
     for s in (sock, *more):
         await web.SockSite(runner, s).start()
     print(f"LISTENING {url_of(sock)}", flush=True)
     stop = asyncio.Event()
+    received: list[int] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await stop.wait()
+        if drain is not None and received[:1] == [signal.SIGTERM]:
+            await drain()
     finally:
         await runner.cleanup()
 
 
-def run(app: web.Application, listen: str) -> int:
+def run(app: web.Application, listen: str, drain: Drain | None = None) -> int:
     try:
         host, port = parse_listen(listen)
         sock = bind(host, port)
     except (ValueError, OSError) as exc:
         print(f"cannot listen on {listen}: {exc}", file=sys.stderr)
         return 2
-    run_async(serve_until_signal(app, sock))
+    run_async(serve_until_signal(app, sock, drain=drain))
     return 0
 
 

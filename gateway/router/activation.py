@@ -13,6 +13,8 @@ INIT_TIMEOUT = "The action exceeded its time limits of {} milliseconds during in
 INIT_EXITED = "The action did not initialize and exited unexpectedly."
 RUN_EXITED = "The action did not produce a valid response and exited unexpectedly."
 THROTTLED = "Too many concurrent requests in flight."
+ROUTER_LOST = "The router running the activation stopped before the activation ended."
+NO_PEER = "No router owning the action's containers answered."
 
 
 class Status(enum.IntEnum):

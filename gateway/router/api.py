@@ -27,6 +27,7 @@ from gateway.platform.ids import is_activation_id, new_activation_id
 from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
 from gateway.router.invoker import ProxyTo, Throttled
 
+log = logging.getLogger("gateway.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger("gateway.router.api")
 MAX_LIST = 200
@@ -35,6 +36,8 @@ MAX_EPOCH_MS = 2**63 - 1  # what the stores' integer columns hold
 _TRUE = frozenset(("true", "yes", "on", "1"))
 _FALSE = frozenset(("false", "no", "off", "0"))
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
+FAILED = "The router could not run the activation."
+MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
 
 
 def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
@@ -212,6 +215,15 @@ async def invoke(request: web.Request) -> web.Response:
     given = request.headers.get(ACTIVATION_HEADER, "")
     activation_id = given if proxied and is_activation_id(given) else new_activation_id()
     header = {"x-openwhisk-activation-id": activation_id}
+    # should this router die, the next one started under its id records the activation (a
+    # whisk internal error). Durable before the id is handed out (202). A blocking caller
+    # holds no id until its answer and a death fails its request: its mark is written only
+    # if the activation is still running after MARK_DELAY (most end sooner: no store write)
+    failure = router.failure_record(action, identity, activation_id)
+    if not blocking:
+        await router.writer.mark(failure)
+    else:
+        router.writer.mark(failure, MARK_DELAY)
     task = router.invoker.spawn(
         router.execute(
             action,
@@ -225,6 +237,8 @@ async def invoke(request: web.Request) -> web.Response:
     )
     finished = blocking and bool((await asyncio.wait({task}, timeout=wait))[0])
     if not finished:
+        if blocking:
+            await router.writer.mark(failure)  # the id is handed out now
         task.add_done_callback(
             lambda t: _detached(router, t, request, raw, identity, activation_id, action)
         )
@@ -232,6 +246,7 @@ async def invoke(request: web.Request) -> web.Response:
     try:
         record = task.result()
     except ProxyTo as exc:
+        router.writer.unmark(activation_id)  # the peer router marks it
         if proxied:  # never a second hop
             raise ApiError(503, "The action's containers moved; try again.") from None
         # the peer gets what is left of this request's wait, so the caller's whole wait
@@ -239,6 +254,7 @@ async def invoke(request: web.Request) -> web.Response:
         left = max(0.0, wait - (time.monotonic() - started))
         return await router.forward(exc.urls, request, raw, identity, activation_id, wait=left)
     except Throttled as exc:
+        router.writer.unmark(activation_id)  # refused: no activation
         raise ApiError(exc.status, str(exc), retry_after=exc.retry_after) from None
     status = 200 if record["response"]["success"] else 502
     body = record["response"]["result"] if result_only else record
@@ -257,12 +273,17 @@ def _detached(
     """An invoke already answered with 202 ended without a record: forward it to the peer
     router the manager named, or record the throttling, so the activation id resolves."""
     if task.cancelled():
-        return
+        return  # the in-flight mark stays: the router's next run records it
     exc = task.exception()
     if isinstance(exc, ProxyTo) and not router.is_proxied(request):  # never a second hop
-        router.invoker.spawn(router.forward(exc.urls, request, raw, identity, activation_id))
+        router.invoker.spawn(
+            router.forward_detached(exc.urls, request, raw, identity, action, activation_id)
+        )
     elif isinstance(exc, (ProxyTo, Throttled)):
         router.record_throttled(action, identity, activation_id)
+    elif exc is not None:
+        log.error("activation %s failed in the router", activation_id, exc_info=exc)
+        router.writer.submit(router.failure_record(action, identity, activation_id, FAILED))
 
 
 # ---- activations -------------------------------------------------------------------------

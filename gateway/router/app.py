@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,12 +18,21 @@ from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
-from gateway.router.activation import THROTTLED, Outcome, Status, compose, error_outcome
+from gateway.router.activation import (
+    ROUTER_LOST,
+    THROTTLED,
+    Outcome,
+    Status,
+    compose,
+    error_outcome,
+)
 from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
+
+log = logging.getLogger("gateway.router")
 
 PROXIED_HEADER = "X-Apf-Proxied-By"
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
@@ -51,6 +62,8 @@ class Router:
         self.url = ""
         self.draining = False
         self.metrics = RouterMetrics(self._held)
+        # this process: marks and the manager's lease tell it from a predecessor under the id
+        self.incarnation = uuid.uuid4().hex[:16]
 
     async def start(self, url: str) -> None:
         from gateway.store import ActivationWriter, Store, open_store
@@ -59,8 +72,18 @@ class Router:
         self.store = open_store(self.settings.store_url)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
-        self.writer = ActivationWriter(cast("Store", counted))
+        log.info(
+            "router %s at %s: manager %s, store %s",
+            self.settings.router_id,
+            url,
+            self.settings.manager_url,
+            self.settings.store_url.split("@")[-1],  # no password in the log
+        )
+        self.writer = ActivationWriter(
+            cast("Store", counted), owner=self.settings.router_id, incarnation=self.incarnation
+        )
         await self.writer.start()
+        await self._recover()
         self.http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
             timeout=aiohttp.ClientTimeout(total=None),
@@ -73,6 +96,7 @@ class Router:
         settings = InvokerSettings(
             router_id=self.settings.router_id,
             buffer_seconds=self.settings.buffer_seconds,
+            incarnation=self.incarnation,
             pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
         )
         manager = ManagerClient(self.settings.manager_url, self.manager_http)
@@ -82,6 +106,28 @@ class Router:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(5):
                 await self.invoker.registered.wait()
+
+    async def _recover(self) -> None:
+        """Activations a previous process of this router id left running when it died get
+        their ``whisk internal error`` record now (``apf-gateway up`` restarts a router under
+        the same id)."""
+        from gateway.store import StoreError
+
+        try:
+            records = await self.store.recover_in_flight(
+                self.settings.router_id, int(time.time() * 1000)
+            )
+        except StoreError as exc:
+            log.error("cannot record the activations a previous run left unfinished: %s", exc)
+            return
+        if records:
+            log.warning(
+                "recorded %d activations left unfinished by a previous run of router %s as "
+                "whisk internal errors: %s",
+                len(records),
+                self.settings.router_id,
+                " ".join(r["activationId"] for r in records),
+            )
 
     def _held(self) -> list[WarmContainer]:
         invoker: Invoker | None = getattr(self, "invoker", None)
@@ -101,6 +147,9 @@ class Router:
 
     async def stop(self) -> None:
         self.draining = True
+        if self.invoker.background:
+            log.info("stopping: finishing %d background tasks", self.invoker.background)
+        await self.invoker.wait_idle()  # activations still running keep the lease alive
         self._lease.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
@@ -109,6 +158,7 @@ class Router:
         await self.store.close()
         await self.http.close()
         await self.manager_http.close()
+        log.info("stopped: activation records written, containers given back")
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:
@@ -179,6 +229,33 @@ class Router:
         record = compose(activation_id, action, identity.subject, outcome)
         self.writer.submit(record)
         return record
+
+    def failure_record(
+        self, action: ActionInfo, identity: Identity, activation_id: str, message: str = ROUTER_LOST
+    ) -> dict[str, Any]:
+        """A ``whisk internal error`` record starting now: what an in-flight mark keeps, and
+        what is written when an activation already answered with 202 cannot run."""
+        outcome = error_outcome(Status.WHISK_ERROR, message)
+        outcome.start_ms = outcome.end_ms = int(time.time() * 1000)
+        return compose(activation_id, action, identity.subject, outcome)
+
+    async def forward_detached(
+        self,
+        urls: list[str],
+        request: web.Request,
+        body: bytes,
+        identity: Identity,
+        action: ActionInfo,
+        activation_id: str,
+    ) -> None:
+        """Hand an activation answered with 202 to the peer owning the containers; the peer
+        marks it under its own id, so ours goes; if no peer answers, record the failure."""
+        try:
+            await self.forward(urls, request, body, identity, activation_id)
+        except ApiError as exc:
+            self.writer.submit(self.failure_record(action, identity, activation_id, exc.message))
+        else:
+            self.writer.unmark(activation_id)
 
     def record_throttled(
         self, action: ActionInfo, identity: Identity, activation_id: str

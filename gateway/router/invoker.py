@@ -52,6 +52,7 @@ class ProxyTo(Exception):
 class InvokerSettings:
     router_id: str
     buffer_seconds: float = 10.0  # how long a request waits for a slot before 429
+    incarnation: str = ""  # this process among those that ran under router_id
     proxy_cache_seconds: float = 2.0
     pool: PoolSettings = field(default_factory=PoolSettings)
 
@@ -268,6 +269,7 @@ class Invoker:
             secret=str(data.get("secret") or ""),
         )
         self.pool.add(container)
+        log.info("container %s for %s at %s", data["id"], spec.key, data["url"])
 
     def pause(self, container: WarmContainer) -> None:
         self._signal(container, signal.SIGSTOP)
@@ -282,6 +284,7 @@ class Invoker:
                 os.killpg(int(container.agent["pid"]), sig)
 
     def give_back(self, container: WarmContainer, reason: str) -> None:
+        log.info("giving container %s (%s) back: %s", container.id, container.key, reason)
         self._let_go.add(container.id)
         tail = self.logs.pop(container.id, None)
         if tail is not None:
@@ -309,6 +312,7 @@ class Invoker:
         give-back API once its activations end."""
         container = self.pool.by_id.get(cid)
         result = self.pool.give_back(cid, only_if_idle=only_if_idle, wait=True)
+        log.info("the manager asks for container %s back: %s", cid, result)
         if result != "busy":
             self._let_go.add(cid)
         if result == "waiting" and container is not None and wait_seconds is None:
@@ -331,8 +335,16 @@ class Invoker:
     async def register(self) -> float:
         """Register (again), offering the containers held: a restarted manager adopts them."""
         held = set(self.pool.by_id)
-        data = await self.manager.register(self.settings.router_id, self.url, sorted(held))
+        data = await self.manager.register(
+            self.settings.router_id, self.url, sorted(held), self.settings.incarnation
+        )
         self._sync(data, held)  # what the manager did not give back is no longer ours
+        log.info(
+            "registered with the manager as %s (%d containers held, %d assigned)",
+            self.settings.router_id,
+            len(held),
+            len(self.pool.by_id),
+        )
         self.registered.set()
         self.ever_registered = True
         return float(data.get("lease_seconds", 10.0))
@@ -377,10 +389,19 @@ class Invoker:
                 lease = 1.0
             await asyncio.sleep(max(0.05, lease / 3))
 
-    async def close(self) -> None:
-        """Wait for background work, give every container back, leave the manager."""
+    @property
+    def background(self) -> int:
+        """Background tasks running: detached activations, give-backs."""
+        return len(self._tasks)
+
+    async def wait_idle(self) -> None:
+        """Until background work (detached activations, give-backs) has finished."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Wait for background work, give every container back, leave the manager."""
+        await self.wait_idle()
         with contextlib.suppress(ManagerUnavailable):
             await self.manager.deregister(self.settings.router_id)
         for tail in self.logs.values():

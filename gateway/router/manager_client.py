@@ -43,10 +43,11 @@ class ManagerClient:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ManagerUnavailable(f"{method} {path}: {exc!r}") from exc
 
-    async def register(self, router_id: str, url: str, holdings: list[str]) -> dict[str, Any]:
-        status, data, _ = await self._call(
-            "POST", "/v1/routers", {"id": router_id, "url": url, "holdings": holdings}
-        )
+    async def register(
+        self, router_id: str, url: str, holdings: list[str], incarnation: str = ""
+    ) -> dict[str, Any]:
+        body = {"id": router_id, "url": url, "holdings": holdings, "incarnation": incarnation}
+        status, data, _ = await self._call("POST", "/v1/routers", body)
         if status != 200:
             raise ManagerUnavailable(f"register: {status} {data}")
         return data

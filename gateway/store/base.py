@@ -61,6 +61,26 @@ class Store(Protocol):
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None: ...
 
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
+        """Durably note activations ``router_id`` (the process ``incarnation``) is about to
+        run, each with the record to write if the router dies first. ``put_activations`` of
+        the same id removes the mark in the same transaction, so one of the two exists."""
+        ...
+
+    async def drop_in_flight(self, activation_ids: list[str]) -> None:
+        """Remove marks of activations that ended without a record here (a peer ran them)."""
+        ...
+
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
+        """A router process is gone: write the marked records of ``router_id`` (only of
+        ``incarnation`` if given) that have no activation record (ending at ``end_ms``),
+        remove those marks, return what was written."""
+        ...
+
     async def list_activations(
         self,
         namespace: str,
@@ -154,6 +174,15 @@ def dedupe_activations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in records:
         latest[activation_key(record)[0]] = record
     return list(latest.values())
+
+
+def finish_marked(record: dict[str, Any], end_ms: int) -> dict[str, Any]:
+    """The failure record kept with an in-flight mark, ended at ``end_ms``."""
+    done = dict(record)
+    start = int(done.get("start", end_ms))
+    done["end"] = max(start, end_ms)
+    done["duration"] = done["end"] - start
+    return done
 
 
 def dump_doc(doc: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from gateway.store.base import (
     counted,
     dedupe_activations,
     dump_doc,
+    finish_marked,
     load_doc,
     stamp_action,
 )
@@ -59,6 +60,17 @@ def migrations(schema: str) -> list[tuple[int, list[str]]]:
                 "(namespace, name, start DESC)",
             ],
         ),
+        (
+            2,
+            [
+                f"""CREATE TABLE {s}.in_flight (
+                    activation_id TEXT PRIMARY KEY,
+                    router_id TEXT NOT NULL,
+                    incarnation TEXT NOT NULL,
+                    doc JSONB NOT NULL)""",
+                f"CREATE INDEX in_flight_by_router ON {s}.in_flight (router_id)",
+            ],
+        ),
     ]
 
 
@@ -73,6 +85,7 @@ class PostgresStore:
         s = f'"{schema}"'
         self._actions = f"{s}.actions"
         self._activations = f"{s}.activations"
+        self._in_flight = f"{s}.in_flight"
 
     @property
     def pool(self) -> Any:
@@ -201,18 +214,75 @@ class PostgresStore:
             return
         records = dedupe_activations(records)
         keys = [activation_key(r) for r in records]
+        ids = [k[0] for k in keys]
+        # one statement: the records and the removal of their in-flight marks commit together
         await self._fetch(
-            f"INSERT INTO {self._activations} (activation_id, namespace, name, start, doc) "
+            f"WITH written AS (INSERT INTO {self._activations} "
+            "(activation_id, namespace, name, start, doc) "
             "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], "
             "$5::text[]::jsonb[]) "
             "ON CONFLICT (activation_id) DO UPDATE SET namespace = excluded.namespace, "
-            "name = excluded.name, start = excluded.start, doc = excluded.doc",
-            [k[0] for k in keys],
+            "name = excluded.name, start = excluded.start, doc = excluded.doc) "
+            f"DELETE FROM {self._in_flight} WHERE activation_id = ANY($1::text[])",
+            ids,
             [k[1] for k in keys],
             [k[2] for k in keys],
             [k[3] for k in keys],
             [dump_doc(r) for r in records],
         )
+
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
+        if not records:
+            return
+        await self._fetch(
+            f"INSERT INTO {self._in_flight} (activation_id, router_id, incarnation, doc) "
+            "SELECT a, $2, $4, d FROM unnest($1::text[], $3::text[]::jsonb[]) AS t(a, d) "
+            "ON CONFLICT (activation_id) DO UPDATE SET router_id = excluded.router_id, "
+            "incarnation = excluded.incarnation, doc = excluded.doc",
+            [activation_key(r)[0] for r in records],
+            router_id,
+            [dump_doc(r) for r in records],
+            incarnation,
+        )
+
+    async def drop_in_flight(self, activation_ids: list[str]) -> None:
+        if activation_ids:
+            await self._fetch(
+                f"DELETE FROM {self._in_flight} WHERE activation_id = ANY($1::text[])",
+                activation_ids,
+            )
+
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
+        import asyncpg
+
+        written: list[dict[str, Any]] = []
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                rows = await conn.fetch(
+                    f"DELETE FROM {self._in_flight} WHERE router_id = $1 "
+                    "AND ($2::text IS NULL OR incarnation = $2) RETURNING doc",
+                    router_id,
+                    incarnation,
+                )
+                for row in rows:
+                    record = finish_marked(load_doc(row[0]), end_ms)
+                    inserted = await conn.fetchval(
+                        f"INSERT INTO {self._activations} "
+                        "(activation_id, namespace, name, start, doc) "
+                        "VALUES ($1, $2, $3, $4, $5::jsonb) "
+                        "ON CONFLICT (activation_id) DO NOTHING RETURNING 1",
+                        *activation_key(record),
+                        dump_doc(record),
+                    )
+                    if inserted:
+                        written.append(record)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+        return written
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
         rows = await self._fetch(

@@ -27,6 +27,7 @@ from gateway.store.base import (
     counted,
     dedupe_activations,
     dump_doc,
+    finish_marked,
     load_doc,
     now_ms,
     stamp_action,
@@ -58,12 +59,26 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX activations_by_name ON activations (namespace, name, start DESC)",
         ],
     ),
+    (
+        2,
+        [
+            """CREATE TABLE in_flight (
+                activation_id TEXT PRIMARY KEY,
+                router_id TEXT NOT NULL,
+                incarnation TEXT NOT NULL,
+                doc TEXT NOT NULL)""",
+            "CREATE INDEX in_flight_by_router ON in_flight (router_id)",
+        ],
+    ),
 ]
 
 _UPSERT_ACTIVATION = """
     INSERT INTO activations (activation_id, namespace, name, start, doc) VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (activation_id) DO UPDATE SET namespace = excluded.namespace,
         name = excluded.name, start = excluded.start, doc = excluded.doc"""
+_INSERT_MISSING_ACTIVATION = """
+    INSERT INTO activations (activation_id, namespace, name, start, doc) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (activation_id) DO NOTHING"""
 
 
 class SQLiteStore:
@@ -226,8 +241,56 @@ class SQLiteStore:
 
         def put(conn: sqlite3.Connection) -> None:
             conn.executemany(_UPSERT_ACTIVATION, rows)
+            conn.executemany("DELETE FROM in_flight WHERE activation_id = ?", [r[:1] for r in rows])
 
         await self._call(self._write, put)
+
+    async def mark_in_flight(
+        self, router_id: str, records: list[dict[str, Any]], *, incarnation: str = ""
+    ) -> None:
+        rows = [(activation_key(r)[0], router_id, incarnation, dump_doc(r)) for r in records]
+
+        def mark(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO in_flight (activation_id, router_id, incarnation, doc) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (activation_id) DO UPDATE SET "
+                "router_id = excluded.router_id, incarnation = excluded.incarnation, "
+                "doc = excluded.doc",
+                rows,
+            )
+
+        if rows:
+            await self._call(self._write, mark)
+
+    async def drop_in_flight(self, activation_ids: list[str]) -> None:
+        def drop(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "DELETE FROM in_flight WHERE activation_id = ?", [(a,) for a in activation_ids]
+            )
+
+        if activation_ids:
+            await self._call(self._write, drop)
+
+    async def recover_in_flight(
+        self, router_id: str, end_ms: int, *, incarnation: str | None = None
+    ) -> list[dict[str, Any]]:
+        def recover(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "DELETE FROM in_flight WHERE router_id = ? "
+                "AND (? IS NULL OR incarnation = ?) RETURNING doc",
+                (router_id, incarnation, incarnation),
+            ).fetchall()
+            written = []
+            for (doc,) in rows:
+                record = finish_marked(load_doc(doc), end_ms)
+                cursor = conn.execute(
+                    _INSERT_MISSING_ACTIVATION, (*activation_key(record), dump_doc(record))
+                )
+                if cursor.rowcount:
+                    written.append(record)
+            return written
+
+        return await self._call(self._write, recover)
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
         def get() -> dict[str, Any] | None:

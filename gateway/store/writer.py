@@ -9,6 +9,12 @@ JSON-serialisable (they would fail forever); ``close`` writes everything pending
 and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
 graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
 
+In-flight marks (``mark``) are the exception to batching-by-delay: a caller may have to await
+the durable mark (before it hands out an activation id), so marks go at once, grouped with
+whatever other marks arrive while one write is under way (group commit). A mark that cannot
+be written is logged and the activation runs anyway, unprotected: the store being down must
+not stop invocations. A record written later removes its mark (same transaction).
+
 Time goes through an injected event clock (``gateway.testing.FakeEventClock`` in tests).
 """
 
@@ -37,6 +43,8 @@ class ActivationWriter:
         max_batch: int = 100,
         max_delay: float = 0.05,
         clock: EventClock | None = None,
+        owner: str = "",
+        incarnation: str = "",
     ) -> None:
         if max_batch < 1 or max_delay < 0:
             raise ValueError("max_batch must be >= 1 and max_delay >= 0")
@@ -54,12 +62,20 @@ class ActivationWriter:
         self._closing = False
         self._failures = 0
         self.batches_written = 0
+        self.owner = owner  # the router id that in-flight marks are recorded under
+        self.incarnation = incarnation  # and the process under that id
+        self._marks: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._drops: list[str] = []
+        # activation id -> (timer, mark) of marks deferred by ``mark(delay=...)``
+        self._deferred: dict[str, tuple[Timer, tuple[dict[str, Any], asyncio.Future[None]]]] = {}
+        self._marker: asyncio.Task[None] | None = None
 
     def submit(self, record: dict[str, Any]) -> None:
         """Queue ``record``; never blocks, never awaits. A later submit of the same id wins."""
         if self._closing:
             raise StoreError("the activation writer is closed")
         activation_id, namespace, _, _ = activation_key(record)
+        self._cancel_deferred(activation_id)  # the record makes its mark unneeded
         key = (namespace, activation_id)
         self._pending.pop(key, None)
         self._pending[key] = record
@@ -68,6 +84,64 @@ class ActivationWriter:
             self._due.set()
         elif self._timer is None and not self._due.is_set():
             self._timer = self._clock.call_later(self._max_delay, self._due.set)
+
+    def mark(self, record: dict[str, Any], delay: float = 0.0) -> asyncio.Future[None]:
+        """Mark ``record`` (the failure record to write should this process die before the
+        activation's own record) in flight; the future is done once the mark is durable (or
+        failed to be, or was not needed). With ``delay``, the mark is written only if the
+        activation's record has not been submitted by then: short activations cost nothing."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if delay <= 0:
+            self._marks.append((record, future))
+            self._kick_marker()
+            return future
+        activation_id = activation_key(record)[0]
+        self._cancel_deferred(activation_id)
+        timer = self._clock.call_later(delay, lambda: self._deferred_due(activation_id))
+        self._deferred[activation_id] = (timer, (record, future))
+        return future
+
+    def _deferred_due(self, activation_id: str) -> None:
+        deferred = self._deferred.pop(activation_id, None)
+        if deferred is not None:
+            deferred[0].cancel()
+            self._marks.append(deferred[1])
+            self._kick_marker()
+
+    def unmark(self, activation_id: str) -> None:
+        """Forget a mark without waiting (the activation ended elsewhere or was refused)."""
+        self._cancel_deferred(activation_id)
+        self._drops.append(activation_id)
+        self._kick_marker()
+
+    def _cancel_deferred(self, activation_id: str) -> None:
+        deferred = self._deferred.pop(activation_id, None)
+        if deferred is not None:
+            deferred[0].cancel()
+            future = deferred[1][1]
+            if not future.done():
+                future.set_result(None)
+
+    def _kick_marker(self) -> None:
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.ensure_future(self._write_marks())
+
+    async def _write_marks(self) -> None:
+        while self._marks or self._drops:
+            marks, self._marks = self._marks, []
+            drops, self._drops = self._drops, []
+            try:  # marks first: a drop may be for a mark of this very batch
+                if marks:
+                    await self._store.mark_in_flight(
+                        self.owner, [r for r, _ in marks], incarnation=self.incarnation
+                    )
+                if drops:
+                    await self._store.drop_in_flight(drops)
+            except Exception:
+                log.exception("cannot write %d in-flight marks", len(marks) + len(drops))
+            for _, future in marks:
+                if not future.done():
+                    future.set_result(None)
 
     @property
     def pending(self) -> int:
@@ -90,6 +164,10 @@ class ActivationWriter:
 
     async def close(self) -> None:
         self._closing = True
+        for activation_id in list(self._deferred):  # no record came: mark them now
+            self._deferred_due(activation_id)
+        if self._marker is not None:
+            await asyncio.gather(self._marker, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

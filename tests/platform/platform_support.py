@@ -207,3 +207,12 @@ async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
             out[f"{sample.name}{{{labels}}}"] = sample.value
     return out
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

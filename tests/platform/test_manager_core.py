@@ -106,6 +106,35 @@ def test_reregistering_router_reclaims_its_holdings() -> None:
     assert core.containers[cid].state is CState.ASSIGNED
 
 
+def test_a_restarted_router_does_not_inherit_its_predecessors_busy_containers() -> None:
+    """A router process that died mid-activation and is started again under the same id
+    (``apf-gateway up``) registers while the old lease still runs, holding nothing: the old
+    containers may still be running the dead process's activations, so they wait out the
+    action's timeout instead of being handed to the new process."""
+    core, clock, _ = make(lease_seconds=10)
+    core.register("r1", "u1")
+    (kept,) = create(core, "r1", spec("a", timeout_ms=5000))
+    (busy,) = create(core, "r1", spec("b", timeout_ms=5000))
+    clock.advance(1)
+    held = core.register("r1", "u1-again", holdings=[kept])
+    assert [c.id for c in held] == [kept]
+    assert core.containers[busy].state is CState.QUARANTINED
+    assert core.acquire("r1", spec("b", timeout_ms=5000)).kind == "create"
+    clock.advance(6.5)  # the action's timeout and the margin: whatever ran there has ended
+    assert core.containers[busy].state is CState.UNASSIGNED
+
+
+def test_the_same_process_registering_again_keeps_its_containers() -> None:
+    """Only another process (incarnation) under the id means the old one died."""
+    core, _, _ = make(lease_seconds=10)
+    core.register("r1", "u1", incarnation="p1")
+    (cid,) = create(core, "r1", spec("a"))
+    assert [c.id for c in core.register("r1", "u1", incarnation="p1")] == [cid]
+    assert core.containers[cid].state is CState.ASSIGNED
+    assert core.register("r1", "u1", incarnation="p2") == []
+    assert core.containers[cid].state is CState.QUARANTINED
+
+
 def test_adopted_containers_wait_for_their_owner() -> None:
     core, _, _ = make(lease_seconds=5)
     core.adopt("c-1", spec(), "url", {})

@@ -4,6 +4,7 @@ for a container (Never + quarantined), and a backend that cannot start container
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +178,58 @@ async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried(
         assert upgrade not in service.core.containers and backend.removed == [never]
     finally:
         await service.stop()
+
+
+async def test_a_router_whose_lease_expires_has_its_activations_recorded(tmp_path: Path) -> None:
+    """Routers with unique ids never come back under the same id: the manager, which notices
+    the lost lease, records what the router had marked in flight."""
+    from gateway.store import open_store
+    from gateway.testing import FakeEventClock
+
+    url = f"sqlite:///{tmp_path / 'platform.db'}"
+    store = open_store(url)
+    await store.open()
+    lost = {
+        "activationId": "a" * 32,
+        "namespace": "guest",
+        "name": "slow",
+        "start": 1000,
+        "end": 1000,
+        "duration": 0,
+        "response": {"status": "whisk internal error", "statusCode": 3, "success": False},
+    }
+    await store.mark_in_flight("host-123", [lost], incarnation="p1")
+    running = {**lost, "activationId": "b" * 32}
+    await store.mark_in_flight("host-123", [running], incarnation="p2")
+    clock = FakeEventClock()
+    service = ManagerService(
+        MemoryBackend(),
+        ServiceSettings(core=ManagerSettings(lease_seconds=5), store_url=url),
+        clock=clock,
+    )
+    await service.start()
+    try:
+        service.core.register("host-123", "http://127.0.0.1:1", incarnation="p1")
+        service.core.register("host-456", "http://127.0.0.1:2", incarnation="q1")
+        clock.advance(4)
+        service.core.renew("host-456")
+        await service.wait_idle()
+        assert await store.get_activation("guest", "a" * 32) is None  # lease still running
+        clock.advance(2)
+        await service.wait_idle()
+        record = await store.get_activation("guest", "a" * 32)
+        assert record is not None
+        assert record["response"]["status"] == "whisk internal error"
+        assert record["end"] >= record["start"]
+        # a mark of another process under the id (say, started meanwhile) is not its to take
+        assert await store.get_activation("guest", "b" * 32) is None
+        # a new process taking over a live lease: the old one's marks are recorded at once
+        await store.mark_in_flight(
+            "host-456", [{**lost, "activationId": "c" * 32}], incarnation="q1"
+        )
+        service.core.register("host-456", "http://127.0.0.1:3", incarnation="q2")
+        await service.wait_idle()
+        assert await store.get_activation("guest", "c" * 32) is not None
+    finally:
+        await service.stop()
+        await store.close()

@@ -1,12 +1,13 @@
-"""Router restarts: graceful stop loses no activation record; a restarted router (same id)
-gets its containers back from the manager."""
+"""Router restarts: graceful stop loses no activation record; a router restarted under the
+same id after a crash gets its predecessor's containers only once they cannot be busy."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import httpx
-from platform_support import SLOW, Platform, annotation, invoke, put_action
+from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
 
 from gateway.store import open_store
 
@@ -35,15 +36,31 @@ async def test_graceful_stop_records_every_activation(
         await store.close()
 
 
-async def test_restarted_router_gets_its_containers_back(
+async def test_restarted_router_waits_out_its_predecessors_containers(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
+    """A router killed mid-activation and started again under its id (as `up` does) must not
+    send a second /run into a container still running the dead process's activation (C = 1):
+    the manager quarantines the predecessor's containers for the action's timeout; after it
+    they are warm and reusable again."""
     platform.start_manager()
     r = platform.start_router("r1")
-    await put_action(client, r, "act", SLOW)
+    await put_action(client, r, "act", SLOW, limits={"timeout": 2000})
     cid = annotation((await invoke(client, r, "act", {"sleep": 0})).json(), "container")
+    busy = asyncio.ensure_future(invoke(client, r, "act", {"sleep": 1.5}))
+    await asyncio.sleep(0.3)  # running in `cid` now
     r.stop(signal.SIGKILL)  # no goodbye: the manager still lists the container as r1's
+    (failed,) = await asyncio.gather(busy, return_exceptions=True)
+    assert isinstance(failed, httpx.HTTPError)  # the caller of the dead router sees it
     again = platform.start_router("r1")
     resp = await invoke(client, again, "act", {"sleep": 0})
     assert resp.status_code == 200, resp.text
-    assert annotation(resp.json(), "container") == cid
+    assert annotation(resp.json(), "container") != cid
+    states = {c["id"]: c["state"] for c in await manager_containers(client, platform)}
+    assert states[cid] == "quarantined"
+    for _ in range(200):  # the timeout (2 s) and the margin (1 s)
+        states = {c["id"]: c["state"] for c in await manager_containers(client, platform)}
+        if states[cid] == "unassigned":
+            break
+        await asyncio.sleep(0.05)
+    assert states[cid] == "unassigned"

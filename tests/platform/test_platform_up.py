@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
+from platform_support import alive
 
 from gateway.cli.up import DEFAULT_API_KEY
+from gateway.router.api import MARK_DELAY
+from gateway.store import open_store
 
 
 def free_port() -> int:
@@ -37,14 +44,6 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 TENANTS_CONFIG = """\
@@ -182,3 +181,336 @@ async def test_up_killed_hard_still_leaves_nothing(tmp_path: Path) -> None:
             break
         await asyncio.sleep(0.05)
     assert left == [], f"orphaned processes: {left}"
+
+
+# ---- supervision: failures at start, a router crash, `up` killed -------------------------
+UP = [sys.executable, "-m", "gateway", "up"]
+
+
+class Up:
+    """``apf-gateway up`` on a free port (``--listen 127.0.0.1:0``), its output collected."""
+
+    def __init__(self, state: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [*UP, "--listen", "127.0.0.1:0", "--state-dir", str(state), "--routers", "2", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.url = self.wait_for("apf-gateway is up: ").split(": ", 1)[1]
+        self.base = self.url + "/api/v1/namespaces/_"
+        # the internal token up wrote for this run: the routers' /_platform/ endpoints need it
+        token = (state / "internal-token").read_text().strip()
+        self.internal = {"Authorization": f"Bearer {token}"}
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[0]
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no {text!r} in the output of up:\n" + "\n".join(self.lines))
+
+    def router_urls(self) -> list[str]:
+        return self.wait_for("  manager: ").split("routers: ", 1)[1].split()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=90)
+        self._reader.join(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        return code
+
+
+SLOW = """\
+import time
+def main(a):
+    time.sleep(a.get('s', 0))
+    return {'slept': a.get('s', 0)}
+"""
+
+
+def auth() -> tuple[str, str]:
+    uuid, _, key = DEFAULT_API_KEY.partition(":")
+    return uuid, key
+
+
+def router_pid(router_id: str, family: set[int]) -> int:
+    for pid in family:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"router" in argv and router_id.encode() in argv:
+            return pid
+    raise AssertionError(f"no process for {router_id}")
+
+
+async def busy_routers(
+    client: httpx.AsyncClient, urls: list[str], want: int, internal: dict[str, str]
+) -> list[str]:
+    """Router ids running activations, once ``want`` activations run in all."""
+    for _ in range(400):
+        busy: dict[str, int] = {}
+        for url in urls:
+            with contextlib.suppress(httpx.HTTPError):
+                state = (await client.get(url + "/_platform/v1/state", headers=internal)).json()
+                running = sum(c["in_flight"] for c in state["containers"])
+                if running:
+                    busy[state["router"]] = running
+        if sum(busy.values()) >= want:
+            return sorted(busy)
+        await asyncio.sleep(0.05)
+    raise AssertionError("the activations did not start")
+
+
+async def two_running(
+    client: httpx.AsyncClient, up: Up, seconds: float
+) -> tuple[httpx.Response, asyncio.Future[httpx.Response], list[str]]:
+    """A non-blocking (its 202) and a blocking invocation (its pending answer) of an action
+    sleeping ``seconds``, once both run; and the ids of the routers running them."""
+    put = await client.put(
+        up.base + "/actions/slow", json={"exec": {"kind": "python:3", "code": SLOW}}
+    )
+    assert put.status_code == 200, put.text
+    background = await client.post(up.base + "/actions/slow", json={"s": seconds})
+    assert background.status_code == 202
+    waiting = asyncio.ensure_future(
+        client.post(up.base + "/actions/slow?blocking=true", json={"s": seconds})
+    )
+    async with httpx.AsyncClient(timeout=5) as peers:
+        busy = await busy_routers(peers, up.router_urls(), 2, up.internal)
+    return background, waiting, busy
+
+
+async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_recorded(
+    tmp_path: Path,
+) -> None:
+    up = Up(tmp_path)
+    try:
+        async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
+            background, waiting, victims = await two_running(client, up, 60)
+            # a blocking activation is marked in flight once it has run MARK_DELAY
+            await asyncio.sleep(4 * MARK_DELAY)
+            family = descendants(up.proc.pid)
+            for victim in victims:
+                os.kill(router_pid(victim, family), signal.SIGKILL)
+            # the blocking caller learns at once that its activation failed
+            failed = await asyncio.wait_for(waiting, 30)
+            assert failed.status_code >= 500, failed.text
+            # the activation answered with 202 gets its record from the restarted router
+            aid = background.json()["activationId"]
+            for _ in range(400):
+                got = await client.get(f"{up.base}/activations/{aid}")
+                if got.status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert got.status_code == 200, got.text
+            record = got.json()
+            assert record["response"]["status"] == "whisk internal error"
+            assert record["response"]["statusCode"] == 3
+            assert record["response"]["success"] is False
+            assert "router" in record["response"]["result"]["error"]
+            assert record["end"] >= record["start"]
+            # so does the blocking one: both killed activations are listed, none lost
+            listed = (await client.get(up.base + "/activations?name=slow")).json()
+            statuses = [r["response"]["status"] for r in listed]
+            assert statuses == ["whisk internal error", "whisk internal error"], listed
+            for victim in victims:
+                up.wait_for(f"{victim} exited (killed by SIGKILL)")
+                up.wait_for(f"{victim} is serving again")
+            assert any("restart 1 in 0.5 s" in line for line in up.lines)
+            # the platform works on: invocations succeed (on both routers, new containers)
+            for _ in range(4):
+                ok = await client.post(up.base + "/actions/slow?blocking=true", json={"s": 0})
+                assert ok.status_code == 200, ok.text
+                assert ok.json()["response"]["result"] == {"slept": 0}
+    finally:
+        code = up.stop()
+    assert code == 0, "\n".join(up.lines)
+    assert "apf-gateway stopped" in up.lines
+    # the logs tell what happened
+    logs = tmp_path / "logs"
+    for victim in victims:
+        text = (logs / f"{victim}.log").read_text()
+        assert "left unfinished by a previous run of router" in text, text
+        assert text.count("registered with the manager as") >= 2, text
+    manager = (logs / "manager.log").read_text()
+    assert f"router {victims[0]} is gone (lease expired or restarted)" in manager, manager
+    assert "created container" in manager and "removed container" in manager, manager
+
+
+async def test_up_killed_mid_activation_lets_children_finish_it_and_exit(tmp_path: Path) -> None:
+    """SIGKILL of `up`: the children notice (PR_SET_PDEATHSIG) and stop in order by
+    themselves: the routers finish the running activations and record them before the
+    manager removes the containers (it waits for the routers to leave)."""
+    up = Up(tmp_path, "--prewarm", "")
+    async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
+        # longer than the manager's SIGTERM -> SIGKILL grace for containers (5 s)
+        background, waiting, _ = await two_running(client, up, 7)
+        family = descendants(up.proc.pid)
+        assert len(family) >= 6  # manager, 2 routers, front door, 2 runtimes
+        up.proc.kill()
+        up.stop()
+        finished = await asyncio.wait_for(waiting, 60)
+    assert finished.status_code == 200, finished.text
+    assert finished.json()["response"]["result"] == {"slept": 7}
+    for _ in range(600):
+        left = [pid for pid in family if alive(pid)]
+        if not left:
+            break
+        await asyncio.sleep(0.05)
+    assert left == [], f"children still running 30 s after `up` died: {left}"
+    store = open_store(f"sqlite:///{tmp_path / 'platform.db'}")
+    await store.open()
+    try:
+        records = await store.list_activations("guest", name="slow")
+    finally:
+        await store.close()
+    assert [r["response"]["result"] for r in records] == [{"slept": 7}, {"slept": 7}]
+    assert background.json()["activationId"] in {r["activationId"] for r in records}
+
+
+def run_up(tmp_path: Path, *args: str) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [*UP, "--state-dir", str(tmp_path / "s"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        code, out, err, took = run_up(tmp_path, "--listen", f"127.0.0.1:{port}")
+    assert code == 2
+    assert "apf-gateway is up" not in out
+    assert err == f"apf-gateway up: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert took < 5
+
+
+def test_a_front_door_that_cannot_start_is_explained_at_once(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: FlowSchema\n  spec: [\n")
+    code, out, err, took = run_up(tmp_path, "--listen", "127.0.0.1:0", "--config", str(bad))
+    assert code == 1, err
+    assert "apf-gateway is up" not in out
+    assert f"front-door exited at start (exit code 2): {bad}: document 1: invalid YAML" in err
+    assert "Traceback" not in err
+    assert took < 10  # not the 20-30 s start timeout
+    assert out.strip().endswith("apf-gateway stopped")
+    # the manager was stopped while it started its stem cell: that runtime went too
+    assert writing_into(tmp_path) == []
+
+
+def writing_into(folder: Path) -> list[int]:
+    """Processes whose stdout is a file under ``folder`` (runtimes log to the state dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "fd" / "1").startswith(str(folder)) and alive(
+                    int(entry.name)
+                ):
+                    found.append(int(entry.name))
+    return found
+
+
+def test_bad_arguments_get_one_line_errors(tmp_path: Path) -> None:
+    cases = [
+        (["--config", str(tmp_path / "missing.yaml")], "missing.yaml: no such file"),
+        (["--listen", "127.0.0.1:http"], "cannot listen on 127.0.0.1:http: bad port"),
+        (["--listen", "256.0.0.1:80"], "cannot listen on 256.0.0.1:80:"),
+        (["--routers", "0"], "--routers must be >= 1"),
+        (["--api-key", "nokey"], "--api-key must be UUID:KEY"),
+    ]
+    for args, message in cases:
+        code, _, err, took = run_up(tmp_path, *args)
+        assert code == 2, (args, err)
+        assert err.startswith("apf-gateway up: ") and message in err, (args, err)
+        assert len(err.splitlines()) == 1 and took < 5, (args, err)
+    done = subprocess.run(
+        [*UP, "--state-dir", "/proc/x"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("apf-gateway up: cannot use --state-dir /proc/x: ")
+    assert "Traceback" not in done.stderr
+
+
+def test_port_0_serves_on_the_printed_port(tmp_path: Path) -> None:
+    up = Up(tmp_path, "--prewarm", "")
+    try:
+        port = int(up.url.rsplit(":", 1)[1])
+        assert port != 0
+        livez = httpx.get(f"http://127.0.0.1:{port}/livez", timeout=5)
+        assert livez.status_code == 200
+    finally:
+        assert up.stop() == 0
+
+
+def test_commands_describe_every_flag_with_its_default() -> None:
+    import argparse
+
+    from gateway.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = {
+        "up": sub.choices["up"],
+        "router": sub.choices["router"],
+        "manager serve": next(
+            a for a in sub.choices["manager"]._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices["serve"],
+    }
+    for name, command in commands.items():
+        assert command.description, f"{name} has no description"
+        for action in command._actions:
+            if action.dest == "help":
+                continue
+            flag = "/".join(action.option_strings) or action.dest
+            assert action.help, f"{name} {flag}: no help"
+            if action.default not in (None, False, []):
+                assert "default" in action.help, f"{name} {flag}: help names no default"
+
+
+def test_router_and_manager_refuse_bad_settings_in_one_line() -> None:
+    cases = [
+        (["router", "--store", "bogus://x"], "apf-gateway router: unsupported store URL"),
+        (["manager", "serve", "--store", "bogus://x"], "--store: unsupported store URL"),
+        (["manager", "serve", "--router-wait-seconds", "-1"], "--router-wait-seconds must be"),
+    ]
+    for args, message in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
