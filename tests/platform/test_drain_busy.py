@@ -138,3 +138,19 @@ def test_a_draining_container_goes_when_its_owner_leaves_gracefully() -> None:
     core, _, removed, cid = drain_setup()
     core.deregister("r1")
     assert removed == [cid]
+
+
+def test_a_draining_container_of_a_restarted_router_goes_after_the_time_limit() -> None:
+    """A router process that died and came back under the same id will never give back the
+    container its predecessor was draining: it is removed once the activation that may still
+    run in it has passed its time limit (not kept for ever, not reassigned)."""
+    core, clock, removed, cid = drain_setup()
+    core.register("r1", "u1", [], incarnation="second-process")
+    assert core.containers[cid].state is CState.DRAINING and core.assignments("r1") == []
+    for _ in range(6):  # the new process keeps its lease; the old container still goes
+        clock.advance(5.0)
+        core.renew("r1")
+    clock.advance(1.0 - 0.01)
+    assert removed == []
+    clock.advance(0.02)
+    assert removed == [cid]
