@@ -113,6 +113,36 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "uvicorn's HTTP/1.1 implementation: zttp (default) or httptools; needs a restart",
     ),
     (
+        "--client-header-timeout",
+        "client.headerTimeout",
+        "DURATION",
+        "a request head must arrive within this, else 408 and close (default 32s)",
+    ),
+    (
+        "--client-body-timeout",
+        "client.bodyTimeout",
+        "DURATION",
+        "longest silence inside a request body, else 408 and close (default 60s)",
+    ),
+    (
+        "--keep-alive-timeout",
+        "client.keepAliveTimeout",
+        "DURATION",
+        "idle client connections are closed after this (default 90s)",
+    ),
+    (
+        "--max-header-bytes",
+        "client.maxHeaderBytes",
+        "N",
+        "largest request line plus headers; larger gets 431 (default 65536)",
+    ),
+    (
+        "--max-connections",
+        "client.maxConnections",
+        "N",
+        "open client connections; a new one over it gets 503 and is closed (default 4096)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -191,6 +221,8 @@ INT_FLAGS = {
     "maximumListSeats",
     "maximumMutatingSeats",
     "maximumSeats",
+    "maxHeaderBytes",
+    "maxConnections",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

@@ -1,0 +1,269 @@
+"""uvicorn's HTTP/1.1 protocols (zttp, httptools) with client timeouts and connection limits.
+
+uvicorn closes a kept-alive connection after an idle timeout, but it has no limit on how long a
+request head or a body may take, no head size bound on httptools, and its ``limit_concurrency``
+counts requests together with connections. ``ClientGuard`` adds, per connection:
+
+- a head timeout (from accept, or from the first byte after a response, until the head is
+  complete): 408 and close, or a silent close if nothing was sent;
+- a body timeout (longest silence while a body is incomplete and reading is not paused by the
+  gateway): 408 and close, or just close once a response has started;
+- uvicorn's keep-alive timeout, taken from the settings;
+- a head size bound: 431 and close; bytes pipelined behind a request being served pause
+  reading at the same bound instead of being buffered;
+- a cap on open connections: a connection over it gets 503 and is closed.
+
+Cost: one timer handle per connection, armed at ``connection_made`` and re-armed only when it
+fires (at the next deadline, or after the shortest timeout). The per-read work is one clock
+read and a few attribute updates; deadlines are derived from them when the timer fires.
+
+It relies on attributes both uvicorn protocols share (``cycle``, ``flow``, ``connections``,
+``timeout_keep_alive_task``, the cycle's ``more_body``/``response_started``/``response_complete``
+/``waiting_for_100_continue``); ``tests/frontdoor/test_client_timeouts.py`` runs on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.zttp_impl import ZttpProtocol
+
+from gateway.serving.limits import ClientLimits
+from gateway.serving.responses import closing_response
+from gateway.settings.model import ClientSettings
+
+# A refused connection is read and discarded this long at most after its answer, so that the
+# client's request arriving after our close does not reset the connection before the client
+# has read the answer (a lingering close); it bounds the file descriptors refusals hold.
+REFUSED_LINGER = 1.0
+# Timers may fire this much early (libuv counts milliseconds).
+_EARLY = 0.002
+_HEAD_END = b"\r\n\r\n"
+
+if TYPE_CHECKING:
+    _Base = asyncio.Protocol
+else:
+    _Base = object
+
+
+class BodyFlow(FlowControl):
+    """uvicorn's read flow control that also notes when the app last asked for body bytes.
+
+    The app's ``receive()`` resumes reading on every call (and sends ``100 Continue`` just
+    before), so the body timeout can count from then: time the app spent elsewhere, with the
+    client waiting for ``100 Continue`` or blocked by a paused read, is not the client's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, now: Callable[[], float]) -> None:
+        super().__init__(transport)
+        self._now = now
+        self.asked_at = now()
+
+    def resume_reading(self) -> None:
+        self.asked_at = self._now()
+        if self.read_paused:
+            super().resume_reading()
+
+
+class Refused(asyncio.Protocol):
+    """Answers once, half-closes, and discards what arrives until the client closes or
+    ``REFUSED_LINGER`` passes."""
+
+    def __init__(self, response: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        self.response = response
+        self.loop = loop
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
+        transport.write(self.response)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.timer = self.loop.call_later(REFUSED_LINGER, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def refuse(transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, response: bytes) -> None:
+    protocol = Refused(response, loop)
+    transport.set_protocol(protocol)
+    protocol.connection_made(transport)
+
+
+class ClientGuard(_Base):
+    """Mixed in before a uvicorn HTTP/1.1 protocol class (see the module docstring)."""
+
+    limits: ClassVar[ClientLimits]
+    # Provided by uvicorn's protocol classes.
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    connections: Any
+    cycle: Any
+    flow: Any
+    timeout_keep_alive: Any
+    timeout_keep_alive_task: asyncio.TimerHandle | None
+
+    _timer: asyncio.TimerHandle | None = None
+    _settings: ClientSettings
+    _period: float
+    _mark: float  # the last read
+    _head_cycle: object  # the cycle that was current when the head being counted began
+    _head_start: float
+    _head_bytes: int
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
+        s = self.limits.settings
+        if len(self.connections) >= s.max_connections:
+            message = f"too many open connections (client.maxConnections={s.max_connections})"
+            refuse(transport, self.loop, closing_response(503, message, retry_after=1))
+            return
+        super().connection_made(transport)
+        self._settings = s
+        self.timeout_keep_alive = s.keep_alive_timeout
+        self.flow = BodyFlow(transport, self.loop.time)
+        now = self.loop.time()
+        self._period = min(s.header_timeout, s.body_timeout, s.keep_alive_timeout)
+        self._mark = now
+        self._head_cycle = None
+        self._head_start = now
+        self._head_bytes = 0
+        self._timer = self.loop.call_at(now + self._period, self._on_timer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        now = self._mark = self.loop.time()
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body:
+            # Not body bytes: a head (or requests pipelined behind the one being served).
+            if cycle is not self._head_cycle:
+                self._head_cycle = cycle
+                self._head_start = now
+                size = len(data)
+            else:
+                size = self._head_bytes + len(data)
+            self._head_bytes = size
+            if size > self._settings.max_header_bytes and self._head_too_large(cycle, data, size):
+                return
+        super().data_received(data)
+
+    def _head_too_large(self, cycle: Any, data: bytes, size: int) -> bool:
+        limit = self._settings.max_header_bytes
+        if cycle is not None and not cycle.response_complete:
+            # Pipelined behind a request still being served: stop reading (uvicorn resumes
+            # after the response) rather than buffer them.
+            self.flow.pause_reading()
+            return False
+        before = size - len(data)
+        if before + 3 <= limit and (data[:1] == b"\n" or data[:2] == b"\r\n"):
+            return False  # the head may end across the two reads; the parser decides
+        end = data.find(_HEAD_END)
+        if end >= 0 and before + end + len(_HEAD_END) <= limit:
+            return False  # the head ends within the limit; the rest is body
+        message = f"request head larger than {limit} bytes (client.maxHeaderBytes)"
+        self._abandon(closing_response(431, message))
+        return True
+
+    def _abandon(self, response: bytes) -> None:
+        """Answer and close with a lingering close; the app sees a disconnect."""
+        # uvicorn's own clean-up for a lost connection (with an error, so that it leaves the
+        # transport open): disconnects the cycle, wakes its receive(), leaves ``connections``.
+        super().connection_lost(ConnectionAbortedError())
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        refuse(self.transport, self.loop, response)
+
+    def _close(self, response: bytes | None) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # The app's later sends are dropped and its receive() returns a disconnect.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self.flow.resume_writing()
+        if response is not None:
+            self.transport.write(response)
+        self.transport.close()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self not in self.connections:
+            return  # closed, upgraded to a WebSocket or abandoned
+        s = self._settings
+        now = self.loop.time() + _EARLY
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body:
+            # A request body is incomplete (also the rest of one the app answered early).
+            responding = cycle.response_started or cycle.response_complete
+            if not responding and (self.flow.read_paused or cycle.waiting_for_100_continue):
+                deadline = now + s.body_timeout  # the gateway's turn, not the client's
+            else:
+                deadline = max(self._mark, self.flow.asked_at) + s.body_timeout
+                if now >= deadline:
+                    message = f"no request body bytes for {s.body_timeout:g}s (client.bodyTimeout)"
+                    self._close(None if responding else closing_response(408, message))
+                    return
+        elif (cycle is not None and not cycle.response_complete) or (
+            self.timeout_keep_alive_task is not None
+        ):
+            # Serving a request (its time is requestTimeout's), or idle with uvicorn's
+            # keep-alive timer armed.
+            deadline = now + self._period
+        elif self._head_bytes and self._head_cycle is cycle:
+            deadline = self._head_start + s.header_timeout
+            if now >= deadline:
+                message = (
+                    f"request head incomplete after {s.header_timeout:g}s (client.headerTimeout)"
+                )
+                self._close(closing_response(408, message))
+                return
+        else:
+            # Idle without uvicorn's timer: nothing sent yet on a new connection, or the
+            # rest of a body the app did not read has been discarded.
+            idle = s.header_timeout if cycle is None else s.keep_alive_timeout
+            deadline = self._mark + idle
+            if now >= deadline:
+                self.transport.close()
+                return
+        self._timer = self.loop.call_at(deadline, self._on_timer)
+
+
+class GuardedZttpProtocol(ClientGuard, ZttpProtocol):
+    pass
+
+
+class GuardedHttpToolsProtocol(ClientGuard, HttpToolsProtocol):
+    pass
+
+
+_PROTOCOLS: dict[str, type[ClientGuard]] = {
+    "zttp": GuardedZttpProtocol,
+    "httptools": GuardedHttpToolsProtocol,
+}
+
+
+def protocol_class(implementation: str, limits: ClientLimits) -> type[asyncio.Protocol]:
+    """The protocol class for one server: ``implementation`` guarded by ``limits``."""
+    base = _PROTOCOLS[implementation]
+    cls: type[asyncio.Protocol] = type(base.__name__, (base,), {"limits": limits})
+    return cls
