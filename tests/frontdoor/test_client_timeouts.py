@@ -1,0 +1,303 @@
+"""Client timeouts and connection limits (``client.*``), over raw sockets against a real
+``serve`` stack (uvloop, as ``apf-gateway serve`` runs) on both HTTP/1.1 implementations.
+
+The timeouts are made small (0.3 s); every outcome is polled for with a bound of seconds, and
+"not before the timeout" is checked against the time the test sent its first byte.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvloop
+
+from gateway.server import Gateway
+from gateway.settings.sources import ConfigLoadError, load_config
+from tests.frontdoor.conftest import ServerThread
+
+TIMEOUT = 0.3
+BOUND = 5.0  # generous upper bound for anything the gateway must do after a timeout
+HEADER = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
+PARTIAL_HEAD = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: "
+
+
+class UvloopServer(ServerThread):
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        loaded = load_config([], overrides)
+        super().__init__(lambda loop: Gateway(loaded, loop=loop))
+        self.loop.close()
+        self.loop = uvloop.new_event_loop()
+
+
+def start(upstream: ServerThread, impl: str, **client: Any) -> ServerThread:
+    limits = {
+        "headerTimeout": TIMEOUT,
+        "bodyTimeout": TIMEOUT,
+        "keepAliveTimeout": TIMEOUT,
+        "maxHeaderBytes": 4096,
+        "maxConnections": 50,
+        **client,
+    }
+    overrides = {"upstreams": [{"url": upstream.url}], "httpImplementation": impl}
+    return UvloopServer({**overrides, "client": limits}).start()
+
+
+@pytest.fixture(params=["zttp", "httptools"])
+def impl(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ServerThread]]:
+    started: list[ServerThread] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def gateway(impl: str, upstream: ServerThread, servers: list[ServerThread]) -> ServerThread:
+    servers.append(start(upstream, impl))
+    return servers[-1]
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=BOUND)
+
+
+def read_until_closed(sock: socket.socket, within: float = BOUND) -> bytes:
+    """Everything the server sends until it closes; failing if it is still open ``within``."""
+    deadline = time.monotonic() + within
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"connection still open after {within}s; got {data!r}")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        except TimeoutError:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+
+
+def status_of(reply: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"\r\nconnection: close\r\n" in head.lower() + b"\r\n"
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+def get(gw: ServerThread, path: str = "/echo") -> int:
+    return httpx.get(gw.url + path, timeout=BOUND).status_code
+
+
+def test_slowloris_heads_get_408_and_close_while_others_are_served(gateway: ServerThread) -> None:
+    # 30 connections (the cap is 50) each trickle a header that never ends. Bytes arriving
+    # do not extend the head deadline; meanwhile a normal client is answered.
+    socks = [connect(gateway.port) for _ in range(30)]
+    started = time.monotonic()
+    for s in socks:
+        s.sendall(PARTIAL_HEAD)
+    replies: dict[socket.socket, bytes] = {s: b"" for s in socks}
+    closed_at: dict[socket.socket, float] = {}
+    assert get(gateway) == 200
+    while len(closed_at) < len(socks):
+        now = time.monotonic()
+        assert now < started + BOUND, f"{len(socks) - len(closed_at)} slow heads still open"
+        if now < started + TIMEOUT / 2:  # trickle only well before the deadline
+            for s in socks:
+                s.send(b"a")
+        readable, _, _ = select.select([s for s in socks if s not in closed_at], [], [], 0.02)
+        for s in readable:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            replies[s] += chunk
+            if not chunk:
+                closed_at[s] = time.monotonic()
+    for s in socks:
+        assert closed_at[s] - started >= TIMEOUT - 0.05
+        code, status = status_of(replies[s])
+        assert (code, status["kind"], status["code"]) == (408, "Status", 408)
+        assert "client.headerTimeout" in status["message"]
+        s.close()
+    assert get(gateway) == 200
+
+
+def test_silent_connection_is_closed_without_a_reply(gateway: ServerThread) -> None:
+    with connect(gateway.port) as s:
+        started = time.monotonic()
+        assert read_until_closed(s) == b""
+        assert time.monotonic() - started >= TIMEOUT - 0.05
+
+
+def test_idle_keep_alive_connection_is_closed_without_a_reply(gateway: ServerThread) -> None:
+    with connect(gateway.port) as s:
+        s.sendall(b"GET /release/k HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = s.recv(65536)
+        answered = time.monotonic()
+        assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"ok")
+        assert read_until_closed(s) == b""
+        assert time.monotonic() - answered >= TIMEOUT - 0.05
+
+
+def test_half_sent_body_gets_408_and_close(gateway: ServerThread) -> None:
+    with connect(gateway.port) as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+        started = time.monotonic()
+        code, status = status_of(read_until_closed(s))
+        assert time.monotonic() - started >= TIMEOUT - 0.05
+    assert code == 408 and "client.bodyTimeout" in status["message"]
+    assert get(gateway) == 200
+
+
+def test_half_sent_chunked_body_is_closed(gateway: ServerThread) -> None:
+    with connect(gateway.port) as s:
+        s.sendall(
+            b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        )
+        reply = read_until_closed(s)
+    # The proxy may already stream the upload; either way no second request can follow.
+    assert reply == b"" or reply.startswith(b"HTTP/1.1 408 ")
+
+
+def test_steady_slow_body_is_not_cut(
+    impl: str, upstream: ServerThread, servers: list[ServerThread]
+) -> None:
+    # The body timeout is the longest silence, not the time for the whole body: a body sent
+    # in 15 pieces 0.1 s apart takes longer than bodyTimeout=1s and is still read.
+    servers.append(start(upstream, impl, bodyTimeout=1.0))
+    with connect(servers[-1].port) as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n")
+        for _ in range(15):
+            time.sleep(0.1)  # the client's pace under test, not a wait for the server
+            s.sendall(b"x")
+        reply = s.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["bytes"] == 15
+
+
+def test_head_over_max_header_bytes_gets_431(gateway: ServerThread) -> None:
+    big = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n"
+    with connect(gateway.port) as s:
+        s.sendall(big)
+        code, status = status_of(read_until_closed(s))
+    assert code == 431 and "client.maxHeaderBytes" in status["message"]
+    # The same head in pieces, each read under the limit.
+    with connect(gateway.port) as s:
+        for i in range(0, len(big), 1000):
+            s.sendall(big[i : i + 1000])
+            time.sleep(0.01)  # separate reads on the server
+        code, _ = status_of(read_until_closed(s))
+    assert code == 431
+
+
+def test_head_under_the_limit_with_a_large_body_in_one_read_is_served(
+    gateway: ServerThread,
+) -> None:
+    body = b"y" * 200_000
+    with connect(gateway.port) as s:
+        s.sendall(
+            b"POST /upload HTTP/1.1\r\nHost: x\r\nX-Pad: "
+            + b"p" * 3000
+            + b"\r\nContent-Length: 200000\r\n\r\n"
+            + body
+        )
+        reply = b""
+        while not reply.endswith(b"}"):
+            chunk = s.recv(65536)
+            assert chunk, reply
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["bytes"] == 200_000
+
+
+def test_connections_over_the_cap_get_503_and_existing_ones_are_served(
+    impl: str, upstream: ServerThread, servers: list[ServerThread]
+) -> None:
+    gw = start(upstream, impl, maxConnections=10, headerTimeout=2.0, keepAliveTimeout=30)
+    servers.append(gw)
+    with connect(gw.port) as kept:
+        kept.sendall(b"GET /release/a HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+        slow = [connect(gw.port) for _ in range(9)]
+        for s in slow:
+            s.sendall(PARTIAL_HEAD)
+        # At the cap: a new connection is answered 503 and closed, without reading a request.
+        with connect(gw.port) as extra:
+            code, status = status_of(read_until_closed(extra))
+        assert code == 503 and "client.maxConnections" in status["message"]
+        # The connection already open is still served.
+        kept.sendall(b"GET /release/b HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+        # Once the slow heads time out, new connections are served again.
+        for s in slow:
+            assert read_until_closed(s).startswith(b"HTTP/1.1 408 ")
+            s.close()
+        assert get(gw) == 200
+
+
+def test_client_settings_are_validated_with_their_path(tmp_path: Path) -> None:
+    f = tmp_path / "gw.yaml"
+    f.write_text(
+        HEADER + "client: {headerTimeout: 0, maxHeaderBytes: 10, maxConnections: 0, "
+        "keepAliveTimeout: '90s', bodyTimeout: -1}\n"
+    )
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config([f])
+    text = "\n".join(exc.value.errors)
+    for field in ("headerTimeout", "bodyTimeout", "maxHeaderBytes", "maxConnections"):
+        assert f"document 1: client.{field}:" in text
+    assert "keepAliveTimeout" not in text
+
+
+def test_defaults_and_flags() -> None:
+    from gateway.cli.main import build_parser  # noqa: PLC0415
+
+    c = load_config([], {}).settings.client
+    assert (c.header_timeout, c.body_timeout, c.keep_alive_timeout) == (32.0, 60.0, 90.0)
+    assert (c.max_header_bytes, c.max_connections) == (65536, 4096)
+    from gateway.cli.serve import overrides_from_args  # noqa: PLC0415
+
+    args = build_parser().parse_args(
+        ["serve", "--client-header-timeout", "5s", "--max-connections", "7"]
+    )
+    c = load_config([], overrides_from_args(args)).settings.client
+    assert (c.header_timeout, c.max_connections) == (5.0, 7)
+
+
+def test_reload_applies_to_new_connections(
+    impl: str, upstream: ServerThread, servers: list[ServerThread]
+) -> None:
+    gw = start(upstream, impl, headerTimeout=30, keepAliveTimeout=30)
+    servers.append(gw)
+    with connect(gw.port) as before:
+        # A first exchange, so the server has surely taken this connection before the reload.
+        before.sendall(b"GET /release/q HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert before.recv(65536).startswith(b"HTTP/1.1 200 ")
+        reloaded = load_config(
+            [], {"upstreams": [{"url": upstream.url}], "client": {"headerTimeout": TIMEOUT}}
+        )
+        gw.call(lambda: gw.app.apply(reloaded))
+        with connect(gw.port) as after:
+            after.sendall(PARTIAL_HEAD)
+            assert read_until_closed(after).startswith(b"HTTP/1.1 408 ")
+        # The connection opened before the reload keeps its limits: a slow head is not cut
+        # at the new 0.3 s.
+        before.sendall(PARTIAL_HEAD)
+        time.sleep(2 * TIMEOUT)  # what must NOT happen in this time is the assertion
+        before.sendall(b"1\r\n\r\n")
+        assert before.recv(65536).startswith(b"HTTP/1.1 200 ")
