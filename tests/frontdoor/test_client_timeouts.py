@@ -19,6 +19,8 @@ import httpx
 import pytest
 import uvloop
 
+from gateway.cli.main import build_parser
+from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.settings.sources import ConfigLoadError, load_config
 from tests.frontdoor.conftest import ServerThread
@@ -46,7 +48,11 @@ def start(upstream: ServerThread, impl: str, **client: Any) -> ServerThread:
         "maxConnections": 50,
         **client,
     }
-    overrides = {"upstreams": [{"url": upstream.url}], "httpImplementation": impl}
+    overrides = {
+        "upstreams": [{"url": upstream.url}],
+        "httpImplementation": impl,
+        "shutdownGracePeriod": 1,  # a request left waiting does not hold up teardown
+    }
     return UvloopServer({**overrides, "client": limits}).start()
 
 
@@ -150,28 +156,45 @@ def test_idle_keep_alive_connection_is_closed_without_a_reply(gateway: ServerThr
         reply = s.recv(65536)
         answered = time.monotonic()
         assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"ok")
-        assert read_until_closed(s) == b""
+        # Well under uvicorn's own default of 5 s, so this is the setting at work.
+        assert read_until_closed(s, within=3.0) == b""
         assert time.monotonic() - answered >= TIMEOUT - 0.05
 
 
 def test_half_sent_body_gets_408_and_close(gateway: ServerThread) -> None:
     with connect(gateway.port) as s:
-        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+        # (/echo: the upstream answers without reading a body, so nothing waits on it after.)
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
         started = time.monotonic()
         code, status = status_of(read_until_closed(s))
         assert time.monotonic() - started >= TIMEOUT - 0.05
     assert code == 408 and "client.bodyTimeout" in status["message"]
-    assert get(gateway) == 200
+    # (A request after it may hang: see test_truncated_body_is_not_forwarded.)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="proxy (not client limits): a body cut short by a client disconnect is forwarded "
+    "with the client's Content-Length, leaving the pooled upstream connection waiting for "
+    "the rest, which the next request's bytes then fill",
+)
+def test_truncated_body_is_not_forwarded(gateway: ServerThread) -> None:
+    with connect(gateway.port) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+        assert read_until_closed(s).startswith(b"HTTP/1.1 408 ")
+    assert httpx.get(gateway.url + "/echo", timeout=2 * TIMEOUT + 1).status_code == 200
 
 
 def test_half_sent_chunked_body_is_closed(gateway: ServerThread) -> None:
     with connect(gateway.port) as s:
         s.sendall(
-            b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
         )
         reply = read_until_closed(s)
-    # The proxy may already stream the upload; either way no second request can follow.
-    assert reply == b"" or reply.startswith(b"HTTP/1.1 408 ")
+    # The proxy streams the body, so the upstream's answer may have started (then the
+    # connection is just closed); if not, 408.
+    assert reply.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 408 "))
+    assert not reply.endswith(b"\r\n0\r\n\r\n")  # never a complete chunked answer
 
 
 def test_steady_slow_body_is_not_cut(
@@ -265,13 +288,10 @@ def test_client_settings_are_validated_with_their_path(tmp_path: Path) -> None:
 
 
 def test_defaults_and_flags() -> None:
-    from gateway.cli.main import build_parser  # noqa: PLC0415
 
     c = load_config([], {}).settings.client
     assert (c.header_timeout, c.body_timeout, c.keep_alive_timeout) == (32.0, 60.0, 90.0)
     assert (c.max_header_bytes, c.max_connections) == (65536, 4096)
-    from gateway.cli.serve import overrides_from_args  # noqa: PLC0415
-
     args = build_parser().parse_args(
         ["serve", "--client-header-timeout", "5s", "--max-connections", "7"]
     )
