@@ -125,6 +125,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "longest silence inside a request body, else 408 and close (default 60s)",
     ),
     (
+        "--client-send-timeout",
+        "client.sendTimeout",
+        "DURATION",
+        "longest wait for the client to read a response, else close (default 60s)",
+    ),
+    (
         "--keep-alive-timeout",
         "client.keepAliveTimeout",
         "DURATION",

@@ -8,6 +8,8 @@ counts requests together with connections. ``ClientGuard`` adds, per connection:
   complete): 408 and close, or a silent close if nothing was sent;
 - a body timeout (longest silence while a body is incomplete and reading is not paused by the
   gateway): 408 and close, or just close once a response has started;
+- a send timeout (longest time writing stays paused because the client does not read):
+  close, which also ends the request and frees its seat;
 - uvicorn's keep-alive timeout, taken from the settings;
 - a head size bound: 431 and close; bytes pipelined behind a request being served pause
   reading at the same bound instead of being buffered;
@@ -51,7 +53,8 @@ else:
 
 
 class BodyFlow(FlowControl):
-    """uvicorn's read flow control that also notes when the app last asked for body bytes.
+    """uvicorn's flow control that also notes when the app last asked for body bytes and
+    since when writing is paused.
 
     The app's ``receive()`` resumes reading on every call (and sends ``100 Continue`` just
     before), so the body timeout can count from then: time the app spent elsewhere, with the
@@ -61,12 +64,17 @@ class BodyFlow(FlowControl):
     def __init__(self, transport: asyncio.Transport, now: Callable[[], float]) -> None:
         super().__init__(transport)
         self._now = now
-        self.asked_at = now()
+        self.asked_at = self.write_paused_at = now()
 
     def resume_reading(self) -> None:
         self.asked_at = self._now()
         if self.read_paused:
             super().resume_reading()
+
+    def pause_writing(self) -> None:
+        if not self.write_paused:
+            self.write_paused_at = self._now()
+        super().pause_writing()
 
 
 class Refused(asyncio.Protocol):
@@ -135,7 +143,7 @@ class ClientGuard(_Base):
         self.timeout_keep_alive = s.keep_alive_timeout
         self.flow = BodyFlow(transport, self.loop.time)
         now = self.loop.time()
-        self._period = min(s.header_timeout, s.body_timeout, s.keep_alive_timeout)
+        self._period = min(s.header_timeout, s.body_timeout, s.send_timeout, s.keep_alive_timeout)
         self._mark = now
         self._head_cycle = None
         self._head_start = now
@@ -194,25 +202,38 @@ class ClientGuard(_Base):
             self._timer = None
         refuse(self.transport, self.loop, response)
 
-    def _close(self, response: bytes | None) -> None:
+    def _close(self, response: bytes | None, *, abort: bool = False) -> None:
+        """Close (after ``response``, if given), or ``abort`` (dropping unsent bytes)."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             # The app's later sends are dropped and its receive() returns a disconnect.
             cycle.disconnected = True
             cycle.message_event.set()
             self.flow.resume_writing()
+        if abort:
+            self.transport.abort()
+            return
         if response is not None:
             self.transport.write(response)
         self.transport.close()
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self.transport.is_closing() or self not in self.connections:
+        if self not in self.connections:
             return  # closed, upgraded to a WebSocket or abandoned
         s = self._settings
         now = self.loop.time() + _EARLY
         cycle = self.cycle
-        if cycle is not None and cycle.more_body:
+        if self.flow.write_paused:
+            # The client does not read what was written (a closing transport waits for that
+            # too, so this comes first); closing would wait for the buffer, so abort.
+            deadline = self.flow.write_paused_at + s.send_timeout
+            if now >= deadline:
+                self._close(None, abort=True)
+                return
+        elif self.transport.is_closing():
+            return
+        elif cycle is not None and cycle.more_body:
             # A request body is incomplete (also the rest of one the app answered early).
             responding = cycle.response_started or cycle.response_complete
             if not responding and (self.flow.read_paused or cycle.waiting_for_100_continue):

@@ -264,7 +264,7 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
 
 def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
     c = s.client
-    for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+    for name in ("header_timeout", "body_timeout", "send_timeout", "keep_alive_timeout"):
         if getattr(c, name) <= 0:
             errors.append(f"client.{_camel(name)}: must be positive")
     if not 1024 <= c.max_header_bytes <= 16 * 1024 * 1024:

@@ -7,6 +7,7 @@ The timeouts are made small (0.3 s); every outcome is polled for with a bound of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -23,7 +24,7 @@ from gateway.cli.main import build_parser
 from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.settings.sources import ConfigLoadError, load_config
-from tests.frontdoor.conftest import ServerThread
+from tests.frontdoor.conftest import ServerThread, wait_until
 
 TIMEOUT = 0.3
 BOUND = 5.0  # generous upper bound for anything the gateway must do after a timeout
@@ -43,6 +44,7 @@ def start(upstream: ServerThread, impl: str, **client: Any) -> ServerThread:
     limits = {
         "headerTimeout": TIMEOUT,
         "bodyTimeout": TIMEOUT,
+        "sendTimeout": TIMEOUT,
         "keepAliveTimeout": TIMEOUT,
         "maxHeaderBytes": 4096,
         "maxConnections": 50,
@@ -211,6 +213,46 @@ def test_steady_slow_body_is_not_cut(
         reply = s.recv(65536)
     assert reply.startswith(b"HTTP/1.1 200 ")
     assert json.loads(reply.partition(b"\r\n\r\n")[2])["bytes"] == 15
+
+
+async def big_response(scope: Any, receive: Any, send: Any) -> None:
+    """32 MiB, far more than the kernel's socket buffers take (a few MiB on loopback)."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    chunk = b"z" * 65536
+    for _ in range(512):
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def test_client_that_does_not_read_the_response_is_cut_off(
+    impl: str, servers: list[ServerThread]
+) -> None:
+    # A small receive window and no reads: the gateway's writes pause and stay paused. After
+    # sendTimeout the connection is aborted (a close would wait for the unsent bytes).
+    servers.append(ServerThread(lambda loop: big_response).start())
+    gw = start(servers[-1], impl)
+    servers.append(gw)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gw.port))
+    with sock:
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+
+        def open_connections() -> int:
+            assert gw.server is not None
+            return int(gw.call(lambda: len(gw.server.server_state.connections)))
+
+        wait_until(lambda: open_connections() == 1)
+        wait_until(lambda: open_connections() == 0, timeout=BOUND)
+        # What the kernel already held still arrives; the rest never does.
+        received = 0
+        sock.settimeout(BOUND)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+        assert received < 32 << 20
 
 
 def test_head_over_max_header_bytes_gets_431(gateway: ServerThread) -> None:
