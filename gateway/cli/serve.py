@@ -366,6 +366,14 @@ def run(args: argparse.Namespace) -> int:
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
         loaded.settings.http_implementation,
     )
+    import resource
+
+    from gateway.serving.limits import file_limit_warning
+
+    soft_files, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    warning = file_limit_warning(loaded.settings, soft_files)
+    if warning:
+        logging.getLogger("gateway.serve").warning(warning)
     config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import resource
 import select
 import socket
 import time
@@ -23,6 +24,7 @@ import uvloop
 from gateway.cli.main import build_parser
 from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
+from gateway.serving.limits import file_limit_warning
 from gateway.settings.sources import ConfigLoadError, load_config
 from tests.frontdoor.conftest import ServerThread, wait_until
 
@@ -363,3 +365,12 @@ def test_reload_applies_to_new_connections(
         time.sleep(2 * TIMEOUT)  # what must NOT happen in this time is the assertion
         before.sendall(b"1\r\n\r\n")
         assert before.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_file_limit_warning() -> None:
+    s = load_config([], {"client": {"maxConnections": 1000}}).settings
+    # 1000 clients + 600 upstream (400 + 200 in flight) + spare
+    assert file_limit_warning(s, 1024) is not None
+    assert "ulimit -n 1664" in (file_limit_warning(s, 1024) or "")
+    assert file_limit_warning(s, 1664) is None
+    assert file_limit_warning(s, resource.RLIM_INFINITY) is None
