@@ -110,26 +110,46 @@ def refuse(transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, respon
     protocol.connection_made(transport)
 
 
+class _State:
+    """A connection's guard state, kept off the protocol object: uvicorn's protocols already
+    hold ~25 attributes, and past 30 CPython 3.11 stops sharing instance dict keys, which
+    slows every attribute access on the request path."""
+
+    __slots__ = (
+        "head_bytes", "head_cycle", "head_start", "mark", "max_head", "now", "period",
+        "settings", "timer",
+    )  # fmt: skip
+
+    def __init__(self, settings: ClientSettings, now: Callable[[], float]) -> None:
+        self.settings = settings
+        self.max_head = settings.max_header_bytes
+        self.now = now
+        self.period = min(
+            settings.header_timeout, settings.body_timeout, settings.send_timeout,
+            settings.keep_alive_timeout,
+        )  # fmt: skip
+        self.mark = self.head_start = now()  # the last read; the start of the counted head
+        self.head_cycle: object = None  # the cycle current when the counted head began
+        self.head_bytes = 0
+        self.timer: asyncio.TimerHandle | None = None
+
+
 class ClientGuard(_Base):
     """Mixed in before a uvicorn HTTP/1.1 protocol class (see the module docstring)."""
 
     limits: ClassVar[ClientLimits]
+    # uvicorn's data_received, called directly: cheaper per read than super().
+    _feed: ClassVar[Callable[[Any, bytes], None]]
     # Provided by uvicorn's protocol classes.
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     connections: Any
     cycle: Any
-    flow: Any
+    flow: Any  # a BodyFlow (set in connection_made)
     timeout_keep_alive: Any
     timeout_keep_alive_task: asyncio.TimerHandle | None
 
-    _timer: asyncio.TimerHandle | None = None
-    _settings: ClientSettings
-    _period: float
-    _mark: float  # the last read
-    _head_cycle: object  # the cycle that was current when the head being counted began
-    _head_start: float
-    _head_bytes: int
+    _guard: _State | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
@@ -139,41 +159,38 @@ class ClientGuard(_Base):
             refuse(transport, self.loop, closing_response(503, message, retry_after=1))
             return
         super().connection_made(transport)
-        self._settings = s
         self.timeout_keep_alive = s.keep_alive_timeout
-        self.flow = BodyFlow(transport, self.loop.time)
-        now = self.loop.time()
-        self._period = min(s.header_timeout, s.body_timeout, s.send_timeout, s.keep_alive_timeout)
-        self._mark = now
-        self._head_cycle = None
-        self._head_start = now
-        self._head_bytes = 0
-        self._timer = self.loop.call_at(now + self._period, self._on_timer)
+        g = self._guard = _State(s, self.loop.time)
+        self.flow = BodyFlow(transport, g.now)
+        g.timer = self.loop.call_at(g.mark + g.period, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        g = self._guard
+        if g is not None and g.timer is not None:
+            g.timer.cancel()
+            g.timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        now = self._mark = self.loop.time()
+        g = self._guard
+        assert g is not None
+        now = g.mark = g.now()
         cycle = self.cycle
         if cycle is None or not cycle.more_body:
             # Not body bytes: a head (or requests pipelined behind the one being served).
-            if cycle is not self._head_cycle:
-                self._head_cycle = cycle
-                self._head_start = now
-                size = len(data)
+            if cycle is g.head_cycle:
+                size = g.head_bytes + len(data)
             else:
-                size = self._head_bytes + len(data)
-            self._head_bytes = size
-            if size > self._settings.max_header_bytes and self._head_too_large(cycle, data, size):
+                g.head_cycle = cycle
+                g.head_start = now
+                size = len(data)
+            g.head_bytes = size
+            if size > g.max_head and self._head_too_large(g, cycle, data, size):
                 return
-        super().data_received(data)
+        self._feed(data)
 
-    def _head_too_large(self, cycle: Any, data: bytes, size: int) -> bool:
-        limit = self._settings.max_header_bytes
+    def _head_too_large(self, g: _State, cycle: Any, data: bytes, size: int) -> bool:
+        limit = g.max_head
         if cycle is not None and not cycle.response_complete:
             # Pipelined behind a request still being served: stop reading (uvicorn resumes
             # after the response) rather than buffer them.
@@ -186,10 +203,10 @@ class ClientGuard(_Base):
         if end >= 0 and before + end + len(_HEAD_END) <= limit:
             return False  # the head ends within the limit; the rest is body
         message = f"request head larger than {limit} bytes (client.maxHeaderBytes)"
-        self._abandon(closing_response(431, message))
+        self._abandon(g, closing_response(431, message))
         return True
 
-    def _abandon(self, response: bytes) -> None:
+    def _abandon(self, g: _State, response: bytes) -> None:
         """Answer and close with a lingering close; the app sees a disconnect."""
         # uvicorn's own clean-up for a lost connection (with an error, so that it leaves the
         # transport open): disconnects the cycle, wakes its receive(), leaves ``connections``.
@@ -197,9 +214,9 @@ class ClientGuard(_Base):
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if g.timer is not None:
+            g.timer.cancel()
+            g.timer = None
         refuse(self.transport, self.loop, response)
 
     def _close(self, response: bytes | None, *, abort: bool = False) -> None:
@@ -218,63 +235,71 @@ class ClientGuard(_Base):
         self.transport.close()
 
     def _on_timer(self) -> None:
-        self._timer = None
+        g = self._guard
+        assert g is not None
+        g.timer = None
         if self not in self.connections:
             return  # closed, upgraded to a WebSocket or abandoned
-        s = self._settings
-        now = self.loop.time() + _EARLY
+        deadline = self._deadline(g, g.now() + _EARLY)
+        if deadline is not None:
+            g.timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _deadline(self, g: _State, now: float) -> float | None:
+        """The next time to look, or None after closing the connection."""
+        s = g.settings
         cycle = self.cycle
         if self.flow.write_paused:
             # The client does not read what was written (a closing transport waits for that
             # too, so this comes first); closing would wait for the buffer, so abort.
-            deadline = self.flow.write_paused_at + s.send_timeout
+            deadline: float = self.flow.write_paused_at + s.send_timeout
             if now >= deadline:
                 self._close(None, abort=True)
-                return
-        elif self.transport.is_closing():
-            return
-        elif cycle is not None and cycle.more_body:
+                return None
+            return deadline
+        if self.transport.is_closing():
+            return None
+        if cycle is not None and cycle.more_body:
             # A request body is incomplete (also the rest of one the app answered early).
             responding = cycle.response_started or cycle.response_complete
             if not responding and (self.flow.read_paused or cycle.waiting_for_100_continue):
-                deadline = now + s.body_timeout  # the gateway's turn, not the client's
-            else:
-                deadline = max(self._mark, self.flow.asked_at) + s.body_timeout
-                if now >= deadline:
-                    message = f"no request body bytes for {s.body_timeout:g}s (client.bodyTimeout)"
-                    self._close(None if responding else closing_response(408, message))
-                    return
-        elif (cycle is not None and not cycle.response_complete) or (
+                return now + s.body_timeout  # the gateway's turn, not the client's
+            asked_at: float = self.flow.asked_at
+            deadline = max(g.mark, asked_at) + s.body_timeout
+            if now >= deadline:
+                message = f"no request body bytes for {s.body_timeout:g}s (client.bodyTimeout)"
+                self._close(None if responding else closing_response(408, message))
+                return None
+            return deadline
+        if (cycle is not None and not cycle.response_complete) or (
             self.timeout_keep_alive_task is not None
         ):
             # Serving a request (its time is requestTimeout's), or idle with uvicorn's
             # keep-alive timer armed.
-            deadline = now + self._period
-        elif self._head_bytes and self._head_cycle is cycle:
-            deadline = self._head_start + s.header_timeout
+            return now + g.period
+        if g.head_bytes and g.head_cycle is cycle:
+            deadline = g.head_start + s.header_timeout
             if now >= deadline:
                 message = (
                     f"request head incomplete after {s.header_timeout:g}s (client.headerTimeout)"
                 )
                 self._close(closing_response(408, message))
-                return
-        else:
-            # Idle without uvicorn's timer: nothing sent yet on a new connection, or the
-            # rest of a body the app did not read has been discarded.
-            idle = s.header_timeout if cycle is None else s.keep_alive_timeout
-            deadline = self._mark + idle
-            if now >= deadline:
-                self.transport.close()
-                return
-        self._timer = self.loop.call_at(deadline, self._on_timer)
+                return None
+            return deadline
+        # Idle without uvicorn's timer: nothing sent yet on a new connection, or the rest of a
+        # body the app did not read has been discarded.
+        deadline = g.mark + (s.header_timeout if cycle is None else s.keep_alive_timeout)
+        if now >= deadline:
+            self.transport.close()
+            return None
+        return deadline
 
 
 class GuardedZttpProtocol(ClientGuard, ZttpProtocol):
-    pass
+    _feed = ZttpProtocol.data_received
 
 
 class GuardedHttpToolsProtocol(ClientGuard, HttpToolsProtocol):
-    pass
+    _feed = HttpToolsProtocol.data_received
 
 
 _PROTOCOLS: dict[str, type[ClientGuard]] = {
