@@ -26,7 +26,7 @@ from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.serving.limits import file_limit_warning
 from gateway.settings.sources import ConfigLoadError, load_config
-from tests.frontdoor.conftest import ServerThread, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, wait_until
 
 TIMEOUT = 0.3
 BOUND = 5.0  # generous upper bound for anything the gateway must do after a timeout
@@ -113,10 +113,14 @@ def get(gw: ServerThread, path: str = "/echo") -> int:
     return httpx.get(gw.url + path, timeout=BOUND).status_code
 
 
-def test_slowloris_heads_get_408_and_close_while_others_are_served(gateway: ServerThread) -> None:
-    # 30 connections (the cap is 50) each trickle a header that never ends. Bytes arriving
+def test_slowloris_heads_get_408_and_close_while_others_are_served(
+    impl: str, upstream: ServerThread, servers: list[ServerThread]
+) -> None:
+    # 300 connections (the cap is 320) each trickle a header that never ends. Bytes arriving
     # do not extend the head deadline; meanwhile a normal client is answered.
-    socks = [connect(gateway.port) for _ in range(30)]
+    gateway = start(upstream, impl, maxConnections=320)
+    servers.append(gateway)
+    socks = [connect(gateway.port) for _ in range(300)]
     started = time.monotonic()
     for s in socks:
         s.sendall(PARTIAL_HEAD)
@@ -255,6 +259,32 @@ def test_client_that_does_not_read_the_response_is_cut_off(
             while chunk := sock.recv(1 << 20):
                 received += len(chunk)
         assert received < 32 << 20
+
+
+def test_requests_pipelined_behind_a_busy_one_pause_reading(
+    gateway: ServerThread, upstream: ServerThread
+) -> None:
+    # More than maxHeaderBytes (4096) of requests queued behind one the upstream holds: the
+    # gateway stops reading instead of buffering them, and answers them all afterwards.
+    follow = b"GET /release/none HTTP/1.1\r\nHost: x\r\n\r\n" * 200
+    with connect(gateway.port) as s:
+        s.sendall(b"GET /hold/p HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: "p" in holding(upstream))
+        s.sendall(follow)
+
+        def paused() -> bool:
+            assert gateway.server is not None
+            conns = gateway.call(lambda: list(gateway.server.server_state.connections))
+            return any(c.flow.read_paused for c in conns)
+
+        wait_until(paused)
+        assert httpx.get(upstream.url + "/release/p").status_code == 200
+        data = b""
+        while data.count(b"HTTP/1.1 200 ") < 201:
+            chunk = s.recv(65536)
+            assert chunk, f"closed after {data.count(b'HTTP/1.1 200 ')} replies"
+            data += chunk
+    assert b"released p" in data
 
 
 def test_head_over_max_header_bytes_gets_431(gateway: ServerThread) -> None:
