@@ -13,7 +13,6 @@ import resource
 import select
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +65,9 @@ def impl(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def servers() -> Iterator[list[ServerThread]]:
-    started: list[ServerThread] = []
-    yield started
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def gateway(impl: str, upstream: ServerThread, servers: list[ServerThread]) -> ServerThread:
-    servers.append(start(upstream, impl))
-    return servers[-1]
+def gateway(impl: str, upstream: ServerThread, gateways: list[ServerThread]) -> ServerThread:
+    gateways.append(start(upstream, impl))
+    return gateways[-1]
 
 
 def connect(port: int) -> socket.socket:
@@ -114,12 +105,12 @@ def get(gw: ServerThread, path: str = "/echo") -> int:
 
 
 def test_slowloris_heads_get_408_and_close_while_others_are_served(
-    impl: str, upstream: ServerThread, servers: list[ServerThread]
+    impl: str, upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
     # 300 connections (the cap is 320) each trickle a header that never ends. Bytes arriving
     # do not extend the head deadline; meanwhile a normal client is answered.
     gateway = start(upstream, impl, maxConnections=320)
-    servers.append(gateway)
+    gateways.append(gateway)
     socks = [connect(gateway.port) for _ in range(300)]
     started = time.monotonic()
     for s in socks:
@@ -206,12 +197,12 @@ def test_half_sent_chunked_body_is_closed(gateway: ServerThread) -> None:
 
 
 def test_steady_slow_body_is_not_cut(
-    impl: str, upstream: ServerThread, servers: list[ServerThread]
+    impl: str, upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
     # The body timeout is the longest silence, not the time for the whole body: a body sent
     # in 15 pieces 0.1 s apart takes longer than bodyTimeout=1s and is still read.
-    servers.append(start(upstream, impl, bodyTimeout=1.0))
-    with connect(servers[-1].port) as s:
+    gateways.append(start(upstream, impl, bodyTimeout=1.0))
+    with connect(gateways[-1].port) as s:
         s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n")
         for _ in range(15):
             time.sleep(0.1)  # the client's pace under test, not a wait for the server
@@ -233,13 +224,13 @@ async def big_response(scope: Any, receive: Any, send: Any) -> None:
 
 
 def test_client_that_does_not_read_the_response_is_cut_off(
-    impl: str, servers: list[ServerThread]
+    impl: str, gateways: list[ServerThread]
 ) -> None:
     # A small receive window and no reads: the gateway's writes pause and stay paused. After
     # sendTimeout the connection is aborted (a close would wait for the unsent bytes).
-    servers.append(ServerThread(lambda loop: big_response).start())
-    gw = start(servers[-1], impl)
-    servers.append(gw)
+    gateways.append(ServerThread(lambda loop: big_response).start())
+    gw = start(gateways[-1], impl)
+    gateways.append(gw)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", gw.port))
@@ -323,10 +314,10 @@ def test_head_under_the_limit_with_a_large_body_in_one_read_is_served(
 
 
 def test_connections_over_the_cap_get_503_and_existing_ones_are_served(
-    impl: str, upstream: ServerThread, servers: list[ServerThread]
+    impl: str, upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
     gw = start(upstream, impl, maxConnections=10, headerTimeout=2.0, keepAliveTimeout=30)
-    servers.append(gw)
+    gateways.append(gw)
     with connect(gw.port) as kept:
         kept.sendall(b"GET /release/a HTTP/1.1\r\nHost: x\r\n\r\n")
         assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
@@ -374,10 +365,10 @@ def test_defaults_and_flags() -> None:
 
 
 def test_reload_applies_to_new_connections(
-    impl: str, upstream: ServerThread, servers: list[ServerThread]
+    impl: str, upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
     gw = start(upstream, impl, headerTimeout=30, keepAliveTimeout=30)
-    servers.append(gw)
+    gateways.append(gw)
     with connect(gw.port) as before:
         # A first exchange, so the server has surely taken this connection before the reload.
         before.sendall(b"GET /release/q HTTP/1.1\r\nHost: x\r\n\r\n")
