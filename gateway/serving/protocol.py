@@ -8,8 +8,9 @@ counts requests together with connections. ``ClientGuard`` adds, per connection:
   complete): 408 and close, or a silent close if nothing was sent;
 - a body timeout (longest silence while a body is incomplete and reading is not paused by the
   gateway): 408 and close, or just close once a response has started;
-- a send timeout (longest time writing stays paused because the client does not read):
-  close, which also ends the request and frees its seat;
+- a send timeout (longest time writing stays paused because the client does not read, or
+  a closing connection keeps unsent bytes): abort, which also ends the request and frees its
+  seat;
 - uvicorn's keep-alive timeout, taken from the settings;
 - a head size bound: 431 and close; bytes pipelined behind a request being served pause
   reading at the same bound instead of being buffered;
@@ -85,6 +86,7 @@ class Refused(asyncio.Protocol):
         self.response = response
         self.loop = loop
         self.timer: asyncio.TimerHandle | None = None
+        self.stuck = False  # closing with unsent bytes at the last look
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
@@ -117,7 +119,7 @@ class _State:
 
     __slots__ = (
         "head_bytes", "head_cycle", "head_start", "mark", "max_head", "now", "period",
-        "settings", "timer",
+        "settings", "stuck", "timer",
     )  # fmt: skip
 
     def __init__(self, settings: ClientSettings, now: Callable[[], float]) -> None:
@@ -132,6 +134,7 @@ class _State:
         self.head_cycle: object = None  # the cycle current when the counted head began
         self.head_bytes = 0
         self.timer: asyncio.TimerHandle | None = None
+        self.stuck = False  # closing with unsent bytes at the last look
 
 
 class ClientGuard(_Base):
@@ -257,7 +260,14 @@ class ClientGuard(_Base):
                 return None
             return deadline
         if self.transport.is_closing():
-            return None
+            # Closing waits for the client to take the rest; not forever.
+            if not self.transport.get_write_buffer_size():
+                return None
+            if g.stuck:
+                self._close(None, abort=True)
+                return None
+            g.stuck = True
+            return now + s.send_timeout
         if cycle is not None and cycle.more_body:
             # A request body is incomplete (also the rest of one the app answered early).
             responding = cycle.response_started or cycle.response_complete
