@@ -257,6 +257,7 @@ def test_requests_pipelined_behind_a_busy_one_pause_reading(
 ) -> None:
     # More than maxHeaderBytes (4096) of requests queued behind one the upstream holds: the
     # gateway stops reading instead of buffering them, and answers them all afterwards.
+    # (uvicorn's httptools protocol pauses on its own; zttp would buffer up to ~9 MB.)
     follow = b"GET /release/none HTTP/1.1\r\nHost: x\r\n\r\n" * 200
     with connect(gateway.port) as s:
         s.sendall(b"GET /hold/p HTTP/1.1\r\nHost: x\r\n\r\n")
