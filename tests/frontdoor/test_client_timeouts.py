@@ -13,6 +13,7 @@ import resource
 import select
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,16 @@ PARTIAL_HEAD = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: "
 
 
 class UvloopServer(ServerThread):
-    def __init__(self, overrides: dict[str, Any]) -> None:
-        loaded = load_config([], overrides)
+    def __init__(self, overrides: dict[str, Any], paths: list[str] | None = None) -> None:
+        loaded = load_config(paths or [], overrides)
         super().__init__(lambda loop: Gateway(loaded, loop=loop))
         self.loop.close()
         self.loop = uvloop.new_event_loop()
 
 
-def start(upstream: ServerThread, impl: str, **client: Any) -> ServerThread:
+def start(
+    upstream: ServerThread, impl: str, paths: list[str] | None = None, **client: Any
+) -> ServerThread:
     limits = {
         "headerTimeout": TIMEOUT,
         "bodyTimeout": TIMEOUT,
@@ -56,7 +59,7 @@ def start(upstream: ServerThread, impl: str, **client: Any) -> ServerThread:
         "httpImplementation": impl,
         "shutdownGracePeriod": 1,  # a request left waiting does not hold up teardown
     }
-    return UvloopServer({**overrides, "client": limits}).start()
+    return UvloopServer({**overrides, "client": limits}, paths).start()
 
 
 @pytest.fixture(params=["zttp", "httptools"])
@@ -194,6 +197,42 @@ def test_half_sent_chunked_body_is_closed(gateway: ServerThread) -> None:
     # connection is just closed); if not, 408.
     assert reply.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 408 "))
     assert not reply.endswith(b"\r\n0\r\n\r\n")  # never a complete chunked answer
+
+
+def test_paused_body_of_a_queued_request_is_not_timed_out(
+    impl: str, upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    # While APF queues a request the gateway buffers 1 MiB of its body, then stops reading;
+    # the client, blocked by that, is not silent by its own choice and is not timed out.
+    gw = start(upstream, impl, [str(Path(__file__).with_name("apf_config.yaml"))])
+    gateways.append(gw)
+    level = gw.app.controller.levels["tiny-queue"].qs
+    size = 3 << 20
+    head = f"POST /queue/upload HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n"
+    with ThreadPoolExecutor(2) as pool, connect(gw.port) as s:
+        running = pool.submit(httpx.get, gw.url + "/queue/hold/a", timeout=BOUND)
+        wait_until(lambda: "a" in holding(upstream))
+        sent = pool.submit(s.sendall, head.encode() + b"y" * size)
+        wait_until(lambda: gw.call(lambda: level.tot_requests_waiting) == 1)
+
+        def paused() -> bool:
+            assert gw.server is not None
+            conns = gw.call(lambda: list(gw.server.server_state.connections))
+            return any(c.flow.read_paused for c in conns)
+
+        wait_until(paused)
+        s.settimeout(3 * TIMEOUT)  # what must NOT happen in this time is the assertion
+        with pytest.raises(TimeoutError):
+            s.recv(65536)
+        assert httpx.get(upstream.url + "/release/a").status_code == 200
+        assert running.result().status_code == 200
+        sent.result()
+        s.settimeout(BOUND)
+        reply = s.recv(65536)
+        while not reply.endswith(b"}"):
+            reply += s.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["bytes"] == size
 
 
 def test_steady_slow_body_is_not_cut(
