@@ -111,6 +111,7 @@ class Gateway:
         self.client_limits = ClientLimits(settings.client)
         self.lifecycle = Lifecycle()
         self.metrics = FrontDoorMetrics()
+        self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         self.describer = RequestDescriber(build_authenticator(settings), build_parser(settings))

@@ -22,6 +22,7 @@ from gateway.flowcontrol.stats import Histogram
 
 if TYPE_CHECKING:
     from gateway.asgi.maxinflight import MaxInFlightMiddleware
+    from gateway.serving.limits import ClientLimits
 
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
@@ -43,6 +44,7 @@ class FrontDoorMetrics(Collector):
         self.last_reload_ok = 1
         self.maxinflight: MaxInFlightMiddleware | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
+        self.client: ClientLimits | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
@@ -90,6 +92,16 @@ class FrontDoorMetrics(Collector):
             "1 if the last configuration reload was applied, 0 if it was refused.",
             value=self.last_reload_ok,
         )
+        if self.client is not None:
+            closed = CounterMetricFamily(
+                "gateway_client_connections_closed",
+                "Client connections the gateway closed or refused for a client limit, by reason "
+                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
+                labels=["reason"],
+            )
+            for reason, n in self.client.closed.items():
+                closed.add_metric([reason], n)
+            yield closed
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from gateway.settings.model import ClientSettings, GatewaySettings
 
+# Why the gateway closed a client connection (idle keep-alive closes are not counted).
+CLOSE_REASONS = (
+    "header_timeout", "body_timeout", "send_timeout", "head_too_large", "over_capacity",
+)  # fmt: skip
+
 
 class ClientLimits:
     """What new connections take (each keeps the values it started with); a reload swaps
-    ``settings``."""
+    ``settings``. ``closed`` counts the connections the limits closed, by reason."""
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
+        self.closed = dict.fromkeys(CLOSE_REASONS, 0)
 
 
 # Descriptors beside client and upstream connections: listening socket, logs, config files.

@@ -159,6 +159,7 @@ class ClientGuard(_Base):
         s = self.limits.settings
         if len(self.connections) >= s.max_connections:
             message = f"too many open connections (client.maxConnections={s.max_connections})"
+            self.limits.closed["over_capacity"] += 1
             refuse(transport, self.loop, closing_response(503, message, retry_after=1))
             return
         super().connection_made(transport)
@@ -206,6 +207,7 @@ class ClientGuard(_Base):
         if end >= 0 and before + end + len(_HEAD_END) <= limit:
             return False  # the head ends within the limit; the rest is body
         message = f"request head larger than {limit} bytes (client.maxHeaderBytes)"
+        self.limits.closed["head_too_large"] += 1
         self._abandon(g, closing_response(431, message))
         return True
 
@@ -256,6 +258,7 @@ class ClientGuard(_Base):
             # too, so this comes first); closing would wait for the buffer, so abort.
             deadline: float = self.flow.write_paused_at + s.send_timeout
             if now >= deadline:
+                self.limits.closed["send_timeout"] += 1
                 self._close(None, abort=True)
                 return None
             return deadline
@@ -264,6 +267,7 @@ class ClientGuard(_Base):
             if not self.transport.get_write_buffer_size():
                 return None
             if g.stuck:
+                self.limits.closed["send_timeout"] += 1
                 self._close(None, abort=True)
                 return None
             g.stuck = True
@@ -277,6 +281,7 @@ class ClientGuard(_Base):
             deadline = max(g.mark, asked_at) + s.body_timeout
             if now >= deadline:
                 message = f"no request body bytes for {s.body_timeout:g}s (client.bodyTimeout)"
+                self.limits.closed["body_timeout"] += 1
                 self._close(None if responding else closing_response(408, message))
                 return None
             return deadline
@@ -292,6 +297,7 @@ class ClientGuard(_Base):
                 message = (
                     f"request head incomplete after {s.header_timeout:g}s (client.headerTimeout)"
                 )
+                self.limits.closed["header_timeout"] += 1
                 self._close(closing_response(408, message))
                 return None
             return deadline
@@ -299,6 +305,8 @@ class ClientGuard(_Base):
         # body the app did not read has been discarded.
         deadline = g.mark + (s.header_timeout if cycle is None else s.keep_alive_timeout)
         if now >= deadline:
+            if cycle is None:
+                self.limits.closed["header_timeout"] += 1  # never sent a request
             self.transport.close()
             return None
         return deadline

@@ -103,6 +103,13 @@ def status_of(reply: bytes) -> tuple[int, dict[str, Any]]:
     return int(head.split(b" ")[1]), json.loads(body)
 
 
+def closed(gw: ServerThread, reason: str) -> int:
+    """``gateway_client_connections_closed_total{reason}`` as /metrics exports it."""
+    key = f'gateway_client_connections_closed_total{{reason="{reason}"}} '
+    text = httpx.get(gw.url + "/metrics", timeout=BOUND).text
+    return int(float(next(line for line in text.splitlines() if line.startswith(key))[len(key) :]))
+
+
 def get(gw: ServerThread, path: str = "/echo") -> int:
     return httpx.get(gw.url + path, timeout=BOUND).status_code
 
@@ -143,6 +150,7 @@ def test_slowloris_heads_get_408_and_close_while_others_are_served(
         assert "client.headerTimeout" in status["message"]
         s.close()
     assert get(gateway) == 200
+    assert closed(gateway, "header_timeout") == 300
 
 
 def test_silent_connection_is_closed_without_a_reply(gateway: ServerThread) -> None:
@@ -171,6 +179,7 @@ def test_half_sent_body_gets_408_and_close(gateway: ServerThread) -> None:
         code, status = status_of(read_until_closed(s))
         assert time.monotonic() - started >= TIMEOUT - 0.05
     assert code == 408 and "client.bodyTimeout" in status["message"]
+    assert closed(gateway, "body_timeout") == 1
     # (A request after it may hang: see test_truncated_body_is_not_forwarded.)
 
 
@@ -289,6 +298,7 @@ def test_client_that_does_not_read_the_response_is_cut_off(
             while chunk := sock.recv(1 << 20):
                 received += len(chunk)
         assert received < 32 << 20
+    assert closed(gw, "send_timeout") == 1
 
 
 def test_requests_pipelined_behind_a_busy_one_pause_reading(
@@ -331,6 +341,7 @@ def test_head_over_max_header_bytes_gets_431(gateway: ServerThread) -> None:
             time.sleep(0.01)  # separate reads on the server
         code, _ = status_of(read_until_closed(s))
     assert code == 431
+    assert closed(gateway, "head_too_large") == 2
 
 
 def test_head_under_the_limit_with_a_large_body_in_one_read_is_served(
@@ -376,6 +387,7 @@ def test_connections_over_the_cap_get_503_and_existing_ones_are_served(
             assert read_until_closed(s).startswith(b"HTTP/1.1 408 ")
             s.close()
         assert get(gw) == 200
+        assert closed(gw, "over_capacity") == 1
 
 
 def test_client_settings_are_validated_with_their_path(tmp_path: Path) -> None:
