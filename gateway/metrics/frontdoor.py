@@ -36,6 +36,14 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
+def _counter(name: str, documentation: str, label: str, counts: dict[str, int]) -> Metric:
+    """A counter family with one label, from a dict of counts."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value, n in counts.items():
+        family.add_metric([value], n)
+    return family
+
+
 class FrontDoorMetrics(Collector):
     def __init__(self) -> None:
         self.upstream_latency: dict[str, Histogram] = {}
@@ -81,27 +89,22 @@ class FrontDoorMetrics(Collector):
         for (upstream, kind), n in sorted(self.upstream_errors.items()):
             err.add_metric([upstream, kind], n)
         yield err
-        reloads = CounterMetricFamily(
-            "gateway_config_reloads", "Configuration reload attempts by result.", labels=["result"]
-        )
-        for result, n in self.reloads.items():
-            reloads.add_metric([result], n)
-        yield reloads
+        yield _counter(
+            "gateway_config_reloads", "Configuration reload attempts by result.", "result",
+            self.reloads,
+        )  # fmt: skip
         yield GaugeMetricFamily(
             "gateway_config_last_reload_successful",
             "1 if the last configuration reload was applied, 0 if it was refused.",
             value=self.last_reload_ok,
         )
         if self.client is not None:
-            closed = CounterMetricFamily(
+            yield _counter(
                 "gateway_client_connections_closed",
                 "Client connections the gateway closed or refused for a client limit, by reason "
                 "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
-                labels=["reason"],
-            )
-            for reason, n in self.client.closed.items():
-                closed.add_metric([reason], n)
-            yield closed
+                "reason", self.client.closed,
+            )  # fmt: skip
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",
@@ -112,11 +115,8 @@ class FrontDoorMetrics(Collector):
             for kind, mark in self.maxinflight.inflight.items():
                 inflight.add_metric([kind], mark.value())
             yield inflight
-            rejected = CounterMetricFamily(
+            yield _counter(
                 "gateway_maxinflight_rejected_requests",
                 "Requests refused with 429 by the max-in-flight filter (APF disabled).",
-                labels=["request_kind"],
-            )
-            for kind, n in self.maxinflight_rejected.items():
-                rejected.add_metric([kind], n)
-            yield rejected
+                "request_kind", self.maxinflight_rejected,
+            )  # fmt: skip
