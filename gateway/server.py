@@ -32,6 +32,7 @@ from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.serving.limits import ClientLimits
 from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
@@ -108,8 +109,11 @@ class Gateway:
         if not settings.upstreams:
             raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
         self.settings = settings
+        # Read by each new client connection (gateway/serving); a reload swaps the settings.
+        self.client_limits = ClientLimits(settings.client)
         self.lifecycle = Lifecycle()
         self.metrics = FrontDoorMetrics()
+        self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         self.describer = RequestDescriber(build_authenticator(settings), build_parser(settings))
@@ -273,6 +277,7 @@ class Gateway:
                 )
         self.describer.authenticator = authenticator
         self.describer.parser = parser
+        self.client_limits.settings = new.client  # new connections; open ones keep theirs
         self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
         self.endpoints.metrics_groups = frozenset(new.metrics_allowed_groups)
         if isinstance(self.admission, MaxInFlightMiddleware):
@@ -350,18 +355,22 @@ class Gateway:
 
 
 def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | None = None) -> Any:
-    """uvicorn settings for the gateway: the configured HTTP implementation, no access log, no
-    header rewriting.
+    """uvicorn settings for the gateway: the configured HTTP implementation guarded by the
+    client timeouts and limits (``gateway.serving``), no access log, no header rewriting.
 
     ``proxy_headers`` stays off: uvicorn would otherwise replace the client address with
     ``X-Forwarded-For`` and let any client pass our front-proxy CIDR check.
     """
     import uvicorn
 
-    host, listen_port = gateway.settings.host_port
+    from gateway.serving.protocol import protocol_class
+
+    s = gateway.settings
+    host, listen_port = s.host_port
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http=gateway.settings.http_implementation, lifespan="on", access_log=False,
+        http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
+        timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
     )  # fmt: skip

@@ -119,6 +119,42 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "uvicorn's HTTP/1.1 implementation: zttp (default) or httptools; needs a restart",
     ),
     (
+        "--client-header-timeout",
+        "client.headerTimeout",
+        "DURATION",
+        "a request head must arrive within this, else 408 and close (default 32s)",
+    ),
+    (
+        "--client-body-timeout",
+        "client.bodyTimeout",
+        "DURATION",
+        "longest silence inside a request body, else 408 and close (default 60s)",
+    ),
+    (
+        "--client-send-timeout",
+        "client.sendTimeout",
+        "DURATION",
+        "longest wait for the client to read a response, else close (default 60s)",
+    ),
+    (
+        "--keep-alive-timeout",
+        "client.keepAliveTimeout",
+        "DURATION",
+        "idle client connections are closed after this (default 90s)",
+    ),
+    (
+        "--max-header-bytes",
+        "client.maxHeaderBytes",
+        "N",
+        "largest request line plus headers; larger gets 431 (default 65536)",
+    ),
+    (
+        "--max-connections",
+        "client.maxConnections",
+        "N",
+        "open client connections; a new one over it gets 503 and is closed (default 4096)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -231,6 +267,8 @@ INT_FLAGS = {
     "maxConfigBytes",
     "maxConfigObjects",
     "maxConfigErrors",
+    "maxHeaderBytes",
+    "maxConnections",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",
@@ -384,6 +422,14 @@ def run(args: argparse.Namespace) -> int:
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
         loaded.settings.http_implementation,
     )
+    import resource
+
+    from gateway.serving.limits import file_limit_warning
+
+    soft_files, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    warning = file_limit_warning(loaded.settings, soft_files)
+    if warning:
+        logging.getLogger("gateway.serve").warning(warning)
     config = uvicorn_config(gateway, log_level=args.log_level)
 
     class DrainingServer(uvicorn.Server):

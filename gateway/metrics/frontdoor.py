@@ -22,6 +22,7 @@ from gateway.flowcontrol.stats import Histogram
 
 if TYPE_CHECKING:
     from gateway.asgi.maxinflight import MaxInFlightMiddleware
+    from gateway.serving.limits import ClientLimits
 
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
@@ -35,6 +36,14 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
+def _counter(name: str, documentation: str, label: str, counts: dict[str, int]) -> Metric:
+    """A counter family with one label, from a dict of counts."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value, n in counts.items():
+        family.add_metric([value], n)
+    return family
+
+
 class FrontDoorMetrics(Collector):
     def __init__(self) -> None:
         self.upstream_latency: dict[str, Histogram] = {}
@@ -44,6 +53,7 @@ class FrontDoorMetrics(Collector):
         self.reload_failures: dict[str, int] = {}
         self.maxinflight: MaxInFlightMiddleware | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
+        self.client: ClientLimits | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
@@ -82,26 +92,29 @@ class FrontDoorMetrics(Collector):
         for (upstream, kind), n in sorted(self.upstream_errors.items()):
             err.add_metric([upstream, kind], n)
         yield err
-        reloads = CounterMetricFamily(
-            "gateway_config_reloads", "Configuration reload attempts by result.", labels=["result"]
-        )
-        for result, n in self.reloads.items():
-            reloads.add_metric([result], n)
-        yield reloads
-        failures = CounterMetricFamily(
+        yield _counter(
+            "gateway_config_reloads", "Configuration reload attempts by result.", "result",
+            self.reloads,
+        )  # fmt: skip
+        yield _counter(
             "gateway_config_reload_failures",
             "Refused configuration reloads by reason: invalid, syntax, empty, too_large, "
             "unreadable, credentials, security_key_missing, apply.",
-            labels=["reason"],
+            "reason",
+            dict(sorted(self.reload_failures.items())),
         )
-        for reason, n in sorted(self.reload_failures.items()):
-            failures.add_metric([reason], n)
-        yield failures
         yield GaugeMetricFamily(
             "gateway_config_last_reload_successful",
             "1 if the last configuration reload was applied, 0 if it was refused.",
             value=self.last_reload_ok,
         )
+        if self.client is not None:
+            yield _counter(
+                "gateway_client_connections_closed",
+                "Client connections the gateway closed or refused for a client limit, by reason "
+                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
+                "reason", self.client.closed,
+            )  # fmt: skip
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",
@@ -112,11 +125,8 @@ class FrontDoorMetrics(Collector):
             for kind, mark in self.maxinflight.inflight.items():
                 inflight.add_metric([kind], mark.value())
             yield inflight
-            rejected = CounterMetricFamily(
+            yield _counter(
                 "gateway_maxinflight_rejected_requests",
                 "Requests refused with 429 by the max-in-flight filter (APF disabled).",
-                labels=["request_kind"],
-            )
-            for kind, n in self.maxinflight_rejected.items():
-                rejected.add_metric([kind], n)
-            yield rejected
+                "request_kind", self.maxinflight_rejected,
+            )  # fmt: skip

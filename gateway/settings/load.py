@@ -175,6 +175,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
     for name in ("connect_timeout", "read_timeout", "pool_timeout", "keepalive_expiry"):
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
+    _validate_client(s, errors)
     try:
         from gateway.asgi.authn import parse_cidrs
 
@@ -261,3 +262,14 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
             for j, item in enumerate(getattr(rule, key)):
                 if "=" not in item or item.startswith("="):
                     errors.append(f"{path}.{key}[{j}]: expected NAME=VALUE, got {item!r}")
+
+
+def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
+    c = s.client
+    for name in ("header_timeout", "body_timeout", "send_timeout", "keep_alive_timeout"):
+        if getattr(c, name) <= 0:
+            errors.append(f"client.{_camel(name)}: must be positive")
+    if not 1024 <= c.max_header_bytes <= 16 * 1024 * 1024:
+        errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
+    if c.max_connections < 1:
+        errors.append("client.maxConnections: must be at least 1")

@@ -68,6 +68,27 @@ class ProxySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Limits on client connections to the front door (docs/frontdoor.md, "Client timeouts and
+    connection limits"). Timeouts follow kube-apiserver's Go server where it sets one
+    (ReadHeaderTimeout 32 s, IdleTimeout 90 s) and nginx's client_body_timeout and send_timeout
+    (60 s)."""
+
+    # From the first byte of a request head (or from accept) until the head is complete.
+    header_timeout: float = 32.0
+    # Longest silence between two reads of a request body the gateway is waiting for.
+    body_timeout: float = 60.0
+    # Longest time a response may wait for the client to read it (writing paused).
+    send_timeout: float = 60.0
+    # Idle time between requests on a kept-alive connection before it is closed.
+    keep_alive_timeout: float = 90.0
+    # Request line plus header fields; larger heads get 431 (zttp itself stops near 16 KiB).
+    max_header_bytes: int = 65536
+    # Open client connections; beyond it a new connection gets 503 and is closed.
+    max_connections: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
 class WorkEstimateRuleSettings:
     """One rule: requests that match get these seats (or, with ``adaptive``, learned ones)."""
 
@@ -133,6 +154,7 @@ class GatewaySettings:
     max_config_bytes: int = DEFAULT_MAX_BYTES
     max_config_objects: int = DEFAULT_MAX_OBJECTS
     max_config_errors: int = DEFAULT_MAX_ERRORS
+    client: ClientSettings = field(default_factory=ClientSettings)
 
     @property
     def server_concurrency_limit(self) -> int:

@@ -70,7 +70,9 @@ def test_unknown_implementation_is_a_config_error(tmp_path: Path) -> None:
 def test_server_runs_the_chosen_implementation(gateway: ServerThread) -> None:
     assert gateway.server is not None
     impl = gateway.app.settings.http_implementation
-    assert gateway.server.config.http_protocol_class.__name__ == PROTOCOL_CLASS[impl]
+    # uvicorn's class, with the client timeouts and limits of gateway.serving mixed in.
+    bases = [c.__name__ for c in gateway.server.config.http_protocol_class.__mro__]
+    assert PROTOCOL_CLASS[impl] in bases and "ClientGuard" in bases
 
 
 def test_pipelined_keep_alive_requests_each_get_pf_headers(gateway: ServerThread) -> None:
