@@ -52,7 +52,7 @@ from bench_frontdoor import (
 )
 
 # The one line of the proxy that hands the PF headers to the response (see without_pf_headers).
-RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY))"
+RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY), watch)"
 SETTINGS = """apiVersion: gateway.apf.dev/v1alpha1
 kind: GatewayConfiguration
 workEstimation:
