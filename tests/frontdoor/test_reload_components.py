@@ -14,7 +14,7 @@ from gateway.proxy.transport import PoolLimits, Timeouts
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, wait_until
+from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
 
 HEADER = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -114,3 +114,21 @@ def test_a_reload_changing_the_concurrency_limit_computes_the_limits_once(
     gw.apply(load_config([], {**upstreams, "maxRequestsInflight": 50}))
     assert computed == [250]
     assert gw.controller.server_cl == 250
+
+
+def test_the_proxy_strips_the_identity_headers_of_the_reloaded_authenticator(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    base = {"upstreams": [{"url": upstream.url}]}
+    gw = start_gateway(base)
+    gateways.append(gw)
+    app: Gateway = gw.app
+    renamed = {"authentication": {"requestHeader": {"usernameHeaders": ["X-Proxy-User"]}}}
+    gw.call(lambda: app.apply(load_config([], {**base, **renamed})))
+    # A client (not a trusted front proxy) claims an identity in the new header: it must not
+    # reach the upstream, which may trust it as the old one was trusted.
+    r = httpx.get(gw.url + "/echo", headers={"X-Proxy-User": "admin"})
+    assert r.status_code == 200
+    sent = {name.lower() for name, _ in r.json()["headers"]}
+    assert "x-proxy-user" not in sent
+    assert "x-remote-user" in sent  # the gateway's own forwarded identity
