@@ -9,20 +9,14 @@ if one raises, undoes those already done: a reload applies everywhere or nowhere
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+log = logging.getLogger("gateway.reload")
+
 Undo = Callable[[], None]
 Swap = Callable[[], Undo]
-
-
-def nothing() -> None:
-    """The undo of a swap that changed nothing."""
-
-
-def unchanged() -> Undo:
-    """The swap of a component whose settings did not change."""
-    return nothing
 
 
 def assign(target: object, **values: Any) -> Swap:
@@ -51,5 +45,8 @@ def apply_all(swaps: Iterable[Swap]) -> None:
             undos.append(swap())
     except BaseException:
         for undo in reversed(undos):
-            undo()
+            try:
+                undo()
+            except Exception:  # the other components still go back
+                log.exception("undoing part of a failed reload failed")
         raise
