@@ -132,3 +132,18 @@ def test_the_proxy_strips_the_identity_headers_of_the_reloaded_authenticator(
     sent = {name.lower() for name, _ in r.json()["headers"]}
     assert "x-proxy-user" not in sent
     assert "x-remote-user" in sent  # the gateway's own forwarded identity
+
+
+def test_a_token_file_that_does_not_load_is_refused_as_credentials(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('alice-token,alice,1,"dev"\n')
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(config("http://127.0.0.1:1", tokens, inflight=20))
+    loaded = load_config([cfg], {})
+    gw = Gateway(loaded, clock=FakeEventClock())
+    reloader = gw.enable_reload(loaded, [cfg], {})
+    authenticator = gw.describer.authenticator
+    tokens.write_text("only-a-token\n")  # no user name
+    assert asyncio.run(reloader.reload()) is False
+    assert gw.metrics.reload_failures == {"credentials": 1}
+    assert gw.describer.authenticator is authenticator and gw.settings is loaded.settings
