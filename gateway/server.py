@@ -17,61 +17,31 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
 from gateway.asgi.canonical import BadPath, canonicalize
-from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
 from gateway.asgi.errorformat import send_refused
 from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
-from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
-from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
 if TYPE_CHECKING:
     from gateway.asgi.workestimate import GatewayEstimator
-    from gateway.flowcontrol.borrowing import BorrowingAdjuster
     from gateway.flowcontrol.clock import EventClock
     from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
-
-
-def build_authenticator(settings: GatewaySettings) -> RequestAuthenticator:
-    """Reads the credential files; raises ``CredentialFileError``/``ValueError`` naming them."""
-    auth = settings.authentication
-    rh = auth.request_header
-    return RequestAuthenticator(
-        tokens=load_token_file(auth.token_auth_file) if auth.token_auth_file else None,
-        openwhisk_keys=(
-            load_openwhisk_keys(auth.openwhisk_keys_file) if auth.openwhisk_keys_file else None
-        ),
-        front_proxy=FrontProxyConfig(
-            allowed_cidrs=parse_cidrs(rh.allowed_cidrs),
-            username_headers=rh.username_headers,
-            group_headers=rh.group_headers,
-            extra_header_prefixes=rh.extra_header_prefixes,
-        ),
-        anonymous=auth.anonymous,
-    )
-
-
-def build_parser(settings: GatewaySettings) -> RequestInfoParser:
-    return RequestInfoParser(
-        tuple(
-            RouteTemplate(t.path, t.resource, t.api_group, t.api_version, t.long_running)
-            for t in settings.route_templates
-        )
-    )
+RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
+                "http_implementation")  # fmt: skip
 
 
 class LoopClock:
@@ -99,7 +69,6 @@ class Gateway:
     ) -> None:
         settings = loaded.settings
         self.controller: FlowController | None = None
-        self.adjuster: BorrowingAdjuster | None = None
         self.work_estimator: GatewayEstimator | None = None
         self.flow_control: FlowControlMiddleware | None = None
         self.estimator: Estimator = estimator or unit_estimator
@@ -111,12 +80,17 @@ class Gateway:
         self.settings = settings
         # Read by each new client connection (gateway/serving); a reload swaps the settings.
         self.client_limits = ClientLimits(settings.client)
+        # What the listener, the proxy's routes and transport and the admission kind were
+        # built from: reloads change these only after a restart.
+        self.running_since_start = settings
         self.lifecycle = Lifecycle()
         self.metrics = FrontDoorMetrics()
         self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
-        self.describer = RequestDescriber(build_authenticator(settings), build_parser(settings))
+        self.describer = RequestDescriber.from_settings(
+            settings.authentication, settings.route_templates
+        )
         p = settings.proxy
         self.transport = transport or create_transport(
             p.transport,
@@ -144,6 +118,7 @@ class Gateway:
                 impersonation=p.impersonation,
             ),
             observe=self.metrics.observe_upstream,
+            max_connections=settings.server_concurrency_limit,
         )
         # Admission answers 401/429 in the route's shape; None keeps its rejections free of
         # any route look-up when no route asks for OpenWhisk's.
@@ -199,11 +174,7 @@ class Gateway:
             ),
         }
         from gateway.asgi.workestimate import GatewayEstimator, LearningApp
-        from gateway.flowcontrol.borrowing import BorrowingAdjuster
 
-        self.adjuster = BorrowingAdjuster(
-            controller, self.clock, period=s.borrowing_adjustment_period
-        )
         inner: ASGIApp = self.endpoints
         if self.estimator is unit_estimator:
             self.work_estimator = GatewayEstimator(s.work_estimation, self.clock.now)
@@ -214,6 +185,7 @@ class Gateway:
             controller=controller,
             describer=self.describer,
             estimator=self.estimator,
+            borrowing_period=s.borrowing_adjustment_period,
             request_timeout=s.request_timeout,
             status_body=s.too_many_requests_body == "status",
             error_format=self.error_format,
@@ -221,72 +193,58 @@ class Gateway:
         self.flow_control = middleware
         return middleware
 
-    def _apply_flow(self, loaded: LoadedConfig) -> None:
-        if self.controller is None or self.flow_control is None:
-            return
-        s = loaded.settings
-        self.controller.apply(loaded.effective)
-        if self.work_estimator is not None:
-            self.work_estimator.configure(s.work_estimation)
-        if self.adjuster is not None and self.adjuster.period != s.borrowing_adjustment_period:
-            running = self.adjuster.running
-            self.adjuster.stop()
-            self.adjuster.period = s.borrowing_adjustment_period
-            if running:
-                self.adjuster.start()
-        if s.server_concurrency_limit != self.controller.server_cl:
-            self.controller.set_server_concurrency_limit(s.server_concurrency_limit)
-        self.flow_control.request_timeout = s.request_timeout
-        self.flow_control.status_body = s.too_many_requests_body == "status"
-
     def apply(self, loaded: LoadedConfig) -> None:
         """Apply a reloaded configuration; settings that need a restart are logged and kept."""
         self.prepare(loaded)()
 
     def prepare(self, loaded: LoadedConfig) -> Callable[[], None]:
-        """The part of ``apply`` that may run off the event loop (it reads the credential
-        files); the returned function swaps everything in, on the loop."""
-        authenticator = build_authenticator(loaded.settings)
-        parser = build_parser(loaded.settings)
-        return lambda: self._commit(loaded, authenticator, parser)
-
-    def _commit(
-        self, loaded: LoadedConfig, authenticator: RequestAuthenticator, parser: RequestInfoParser
-    ) -> None:
+        """Every component validates and builds its part of ``loaded`` here (off the event
+        loop: credential files are read); the returned commit runs on the loop and swaps them
+        all in, or, when one swap fails, none (``gateway.reconfigure``)."""
         new = loaded.settings
-        old = self.settings
-        restart_only = (
-            "listen",
-            "upstreams",
-            "proxy",
-            "enable_priority_and_fairness",
-            "http_implementation",
-        )
-        for field in restart_only:
-            if getattr(new, field) != getattr(old, field):
-                log.warning("%s changed; it takes effect after a restart", field)
-        self._apply_flow(loaded)
-        if new.server_concurrency_limit != old.server_concurrency_limit:
-            # The pool is sized from the admitted concurrency, so it must not lag behind it.
-            resize = getattr(self.transport, "set_max_connections", None)
-            if resize is not None:
-                resize(new.server_concurrency_limit)
-            else:
-                log.warning(
-                    "the %s transport keeps its pool size until restart", new.proxy.transport
-                )
-        self.describer.authenticator = authenticator
-        self.describer.parser = parser
-        self.client_limits.settings = new.client  # new connections; open ones keep theirs
-        self.endpoints.debug_groups = frozenset(new.debug_allowed_groups)
-        self.endpoints.metrics_groups = frozenset(new.metrics_allowed_groups)
+        swaps: list[Swap] = []
+        # The admitted concurrency first: the pool is sized from it and must not lag behind.
         if isinstance(self.admission, MaxInFlightMiddleware):
-            self.admission.limits = {
-                "readOnly": new.max_requests_inflight,
-                "mutating": new.max_mutating_requests_inflight,
-            }
-            self.admission.status_body = new.too_many_requests_body == "status"
-        self.settings = new
+            swaps.append(
+                self.admission.prepare(
+                    max_requests_inflight=new.max_requests_inflight,
+                    max_mutating_requests_inflight=new.max_mutating_requests_inflight,
+                    status_body=new.too_many_requests_body == "status",
+                )
+            )
+        if self.flow_control is not None:
+            swaps.append(
+                self.flow_control.prepare(
+                    config=loaded.effective,
+                    server_concurrency_limit=new.server_concurrency_limit,
+                    borrowing_period=new.borrowing_adjustment_period,
+                    request_timeout=new.request_timeout,
+                    status_body=new.too_many_requests_body == "status",
+                )
+            )
+        if self.work_estimator is not None:
+            swaps.append(self.work_estimator.prepare(new.work_estimation))
+        swaps += [
+            self.proxy.prepare(
+                request_header=new.authentication.request_header,
+                max_connections=new.server_concurrency_limit,
+            ),
+            self.describer.prepare(new.authentication, new.route_templates),
+            self.endpoints.prepare(
+                debug_groups=new.debug_allowed_groups, metrics_groups=new.metrics_allowed_groups
+            ),
+            # new client connections read these; open ones keep theirs
+            assign(self.client_limits, settings=new.client),
+            assign(self, settings=new),
+        ]
+
+        def commit() -> None:
+            apply_all(swaps)
+            for field in RESTART_ONLY:
+                if getattr(new, field) != getattr(self.running_since_start, field):
+                    log.warning("%s changed; it takes effect after a restart", field)
+
+        return commit
 
     def enable_reload(
         self, loaded: LoadedConfig, paths: Sequence[str | Path], overrides: dict[str, Any]
@@ -337,14 +295,14 @@ class Gateway:
                 except Exception as exc:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-                if self.adjuster is not None:
-                    self.adjuster.start()  # needs the running loop's clock
+                if self.flow_control is not None:
+                    self.flow_control.start()  # borrowing needs the running loop's clock
                 self.lifecycle.phase = Phase.READY
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.lifecycle.phase = Phase.STOPPED
-                if self.adjuster is not None:
-                    self.adjuster.stop()
+                if self.flow_control is not None:
+                    self.flow_control.stop()
                 for task in self.background:
                     task.cancel()
                 if self.reloader is not None:

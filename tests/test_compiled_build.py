@@ -66,7 +66,7 @@ INTERPRETED_IMPORTS = {
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
     "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.settings.load",
-    "gateway.settings.model",
+    "gateway.settings.model", "gateway.reconfigure",
 }  # fmt: skip
 
 

@@ -14,12 +14,21 @@ import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from gateway.asgi.credentials import OpenWhiskKey, with_authenticated
+from gateway.asgi.credentials import (
+    OpenWhiskKey,
+    load_openwhisk_keys,
+    load_token_file,
+    with_authenticated,
+)
 from gateway.asgi.refusal import RequestRefused
 from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
 from gateway.http.types import Scope
+
+if TYPE_CHECKING:
+    from gateway.settings.model import AuthenticationSettings
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -65,6 +74,25 @@ class FrontProxyConfig:
 
 def _lower(names: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(n.lower().encode("latin-1") for n in names)
+
+
+def authenticator_from_settings(auth: AuthenticationSettings) -> RequestAuthenticator:
+    """Reads the credential files (blocking: a reload calls it in its worker thread); raises
+    ``CredentialFileError``/``ValueError`` naming the file or setting."""
+    rh = auth.request_header
+    return RequestAuthenticator(
+        tokens=load_token_file(auth.token_auth_file) if auth.token_auth_file else None,
+        openwhisk_keys=(
+            load_openwhisk_keys(auth.openwhisk_keys_file) if auth.openwhisk_keys_file else None
+        ),
+        front_proxy=FrontProxyConfig(
+            allowed_cidrs=parse_cidrs(rh.allowed_cidrs),
+            username_headers=rh.username_headers,
+            group_headers=rh.group_headers,
+            extra_header_prefixes=rh.extra_header_prefixes,
+        ),
+        anonymous=auth.anonymous,
+    )
 
 
 class RequestAuthenticator:

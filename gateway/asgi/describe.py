@@ -6,12 +6,16 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from gateway.asgi.authn import RequestAuthenticator
-from gateway.asgi.requestinfo import RequestInfoParser
+from gateway.asgi.authn import RequestAuthenticator, authenticator_from_settings
+from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.types import Scope
+from gateway.reconfigure import Swap, assign
+
+if TYPE_CHECKING:
+    from gateway.settings.model import AuthenticationSettings, RouteTemplateSettings
 
 DIGEST_KEY: Final = "gateway.digest"
 # True for every long-running request, watches included (the proxy gives them their own pool).
@@ -19,6 +23,18 @@ LONG_RUNNING_KEY: Final = "gateway.long_running"
 # Headers the app itself must add to its response (set only for apps that declare
 # ``adds_response_headers = True``; others get them through a wrapped ``send``).
 RESPONSE_HEADERS_KEY: Final = "gateway.response_headers"
+
+
+Templates = tuple["RouteTemplateSettings", ...]
+
+
+def parser_from(templates: Templates) -> RequestInfoParser:
+    return RequestInfoParser(
+        tuple(
+            RouteTemplate(t.path, t.resource, t.api_group, t.api_version, t.long_running)
+            for t in templates
+        )
+    )
 
 
 class RequestDescriber:
@@ -31,6 +47,19 @@ class RequestDescriber:
         self.authenticator = authenticator
         self._parser = parser
         self._cache: dict[tuple[object, ...], tuple[RequestDigest, bool]] = {}
+
+    @classmethod
+    def from_settings(
+        cls, authentication: AuthenticationSettings, route_templates: Templates
+    ) -> RequestDescriber:
+        """Reads the credential files; raises ``CredentialFileError``/``ValueError``."""
+        return cls(authenticator_from_settings(authentication), parser_from(route_templates))
+
+    def prepare(self, authentication: AuthenticationSettings, route_templates: Templates) -> Swap:
+        """A reload (``gateway.reconfigure``): reads the credential files here (in the reload
+        worker thread); the swap changes identities and routes between two requests."""
+        authenticator = authenticator_from_settings(authentication)
+        return assign(self, authenticator=authenticator, parser=parser_from(route_templates))
 
     @property
     def parser(self) -> RequestInfoParser:

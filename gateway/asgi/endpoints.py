@@ -18,6 +18,7 @@ from gateway.asgi.describe import DIGEST_KEY, RESPONSE_HEADERS_KEY
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.reconfigure import Swap, assign
 
 DEBUG_PREFIX = "/debug/api_priority_and_fairness/"
 TEXT = b"text/plain; charset=utf-8"
@@ -43,6 +44,12 @@ class LocalEndpoints:
         self.dumps = dumps or {}
         self.debug_groups = frozenset(debug_groups)
         self.metrics_groups = frozenset(metrics_groups)
+
+    def prepare(self, *, debug_groups: tuple[str, ...], metrics_groups: tuple[str, ...]) -> Swap:
+        """A reload of who may read the dumps and ``/metrics`` (``gateway.reconfigure``)."""
+        return assign(
+            self, debug_groups=frozenset(debug_groups), metrics_groups=frozenset(metrics_groups)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

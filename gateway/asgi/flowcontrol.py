@@ -36,11 +36,17 @@ from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.admission import Admission, Rejected, admit
-from gateway.flowcontrol.borrowing import BorrowingAdjuster
-from gateway.flowcontrol.controller import Classification, FlowController
+from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
+from gateway.flowcontrol.controller import (
+    Classification,
+    FlowController,
+    ObjectSet,
+    check_server_concurrency_limit,
+)
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.reconfigure import Swap, Undo, assign
 from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
@@ -65,6 +71,11 @@ class _Described:
         self.work = work
 
 
+def check_request_timeout(seconds: float) -> None:
+    if not seconds > 0:
+        raise ValueError("request_timeout must be positive")
+
+
 def unit_estimator(
     digest: RequestDigest, classification: Classification, scope: Scope
 ) -> WorkEstimate:
@@ -85,8 +96,7 @@ class FlowControlMiddleware:
         status_body: bool = False,
         error_format: PathFormat | None = None,
     ) -> None:
-        if request_timeout <= 0:
-            raise ValueError("request_timeout must be positive")
+        check_request_timeout(request_timeout)
         if describer is not None and authenticator is not None:
             raise ValueError("pass either describer or authenticator, not both")
         self.app = app
@@ -104,9 +114,13 @@ class FlowControlMiddleware:
             authenticator or RequestAuthenticator(), RequestInfoParser()
         )
         self.estimator = estimator
-        # Used only when the middleware builds the controller itself (a factory was given).
+        # The controller's borrowing adjuster has one owner: this middleware. It is built with
+        # the controller (now, or on first use from a factory) and runs from ``start()``, which
+        # a factory-built controller's first use calls itself. None: no borrowing.
         self.borrowing_period = borrowing_period
         self.adjuster: BorrowingAdjuster | None = None
+        if self._controller is not None:
+            self._own(self._controller)
         self.request_timeout = request_timeout
         self.status_body = status_body
         # Which paths get OpenWhisk-shaped 401/429 (None: Kubernetes everywhere).
@@ -121,14 +135,63 @@ class FlowControlMiddleware:
         if self._controller is None:
             assert self._factory is not None
             self._controller = self._factory()
-            if self.borrowing_period:
-                # A controller this middleware built is this middleware's to run: borrowing
-                # every period on the controller's clock (first use is on the running loop).
-                self.adjuster = BorrowingAdjuster(
-                    self._controller, self._controller.clock, period=self.borrowing_period
-                )
-                self.adjuster.start()
+            self._own(self._controller)
+            self.start()  # first use is on the running loop
         return self._controller
+
+    def _own(self, controller: FlowController) -> None:
+        if self.borrowing_period:
+            self.adjuster = BorrowingAdjuster(
+                controller, controller.clock, period=self.borrowing_period
+            )
+
+    def start(self) -> None:
+        """Start borrowing (on the running loop: the adjuster's timer needs its clock)."""
+        if self.adjuster is not None:
+            self.adjuster.start()
+
+    def stop(self) -> None:
+        if self.adjuster is not None:
+            self.adjuster.stop()
+
+    def prepare(
+        self,
+        *,
+        config: ObjectSet,
+        server_concurrency_limit: int,
+        borrowing_period: float,
+        request_timeout: float,
+        status_body: bool,
+    ) -> Swap:
+        """A reload of APF (``gateway.reconfigure``): validated here, applied by the swap,
+        which recomputes the levels' limits once and keeps queued and running requests."""
+        check_server_concurrency_limit(server_concurrency_limit)
+        check_period(borrowing_period)
+        check_request_timeout(request_timeout)
+        settings = assign(self, request_timeout=request_timeout, status_body=status_body)
+
+        def swap() -> Undo:
+            controller, adjuster = self.controller, self.adjuster
+            old_config, old_limit = controller.config, controller.server_cl
+            old_period = adjuster.period if adjuster is not None else borrowing_period
+            undo_settings = settings()
+
+            def undo() -> None:
+                undo_settings()
+                controller.reconfigure(old_config, old_limit)
+                if adjuster is not None:
+                    adjuster.reconfigure(old_period)
+
+            try:
+                controller.reconfigure(config, server_concurrency_limit)
+                if adjuster is not None:
+                    adjuster.reconfigure(borrowing_period)
+            except BaseException:
+                undo()
+                raise
+            return undo
+
+        return swap
 
     def wait_limit(self, digest: RequestDigest) -> float:
         """apf-reference 5.7: a quarter of the request deadline, at most a minute."""

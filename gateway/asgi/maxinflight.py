@@ -21,8 +21,15 @@ from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.metrics.watermark import Watermark
+from gateway.reconfigure import Swap, assign
 
 PRIVILEGED_GROUP = "system:masters"
+
+
+def _limits(read_only: int, mutating: int) -> dict[str, int]:
+    if read_only < 0 or mutating < 0:
+        raise ValueError("max-in-flight limits must not be negative")
+    return {"readOnly": read_only, "mutating": mutating}
 
 
 class MaxInFlightMiddleware:
@@ -38,18 +45,20 @@ class MaxInFlightMiddleware:
         on_reject: Callable[[str], None] | None = None,
         error_format: PathFormat | None = None,
     ) -> None:
-        if max_requests_inflight < 0 or max_mutating_requests_inflight < 0:
-            raise ValueError("max-in-flight limits must not be negative")
         self.app = app
         self.describer = describer
-        self.limits = {
-            "readOnly": max_requests_inflight,
-            "mutating": max_mutating_requests_inflight,
-        }
+        self.limits = _limits(max_requests_inflight, max_mutating_requests_inflight)
         self.inflight = {"readOnly": Watermark(now), "mutating": Watermark(now)}
         self.status_body = status_body
         self.on_reject = on_reject
         self.error_format = error_format
+
+    def prepare(
+        self, *, max_requests_inflight: int, max_mutating_requests_inflight: int, status_body: bool
+    ) -> Swap:
+        """A reload (``gateway.reconfigure``); requests already counted stay counted."""
+        limits = _limits(max_requests_inflight, max_mutating_requests_inflight)
+        return assign(self, limits=limits, status_body=status_body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

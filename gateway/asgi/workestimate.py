@@ -28,6 +28,7 @@ from gateway.flowcontrol.workestimate import (
     WorkRule,
 )
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.reconfigure import Swap, Undo, assign
 from gateway.settings.model import WorkEstimationSettings
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ def request_view(scope: Scope) -> RequestView:
 
 
 class GatewayEstimator:
-    """The middleware's ``estimator``; ``configure`` swaps rules on reload, keeping what was
+    """The middleware's ``estimator``; ``reconfigure`` swaps rules on reload, keeping what was
     learned (collection sizes, open watches, route times)."""
 
     def __init__(self, settings: WorkEstimationSettings, now: Callable[[], float]) -> None:
@@ -96,14 +97,25 @@ class GatewayEstimator:
         # (group, resource, namespace) -> when a list response was last taken to learn from.
         self._learning: dict[tuple[str, str, str], float] = {}
 
-    def configure(self, settings: WorkEstimationSettings) -> None:
-        self.list_learning_interval = settings.list_learning_interval
+    def prepare(self, settings: WorkEstimationSettings) -> Swap:
+        """A reload (``gateway.reconfigure``): the new rules are built here; the swap moves
+        what was learned onto them and puts them in place."""
         fresh = build_estimator(settings, self.now)
-        fresh.counts = self.estimator.counts
-        fresh.watches = self.estimator.watches
-        if fresh.adaptive is not None and self.estimator.adaptive is not None:
-            fresh.adaptive = self.estimator.adaptive
-        self.estimator = fresh
+
+        def swap() -> Undo:
+            old = self.estimator
+            fresh.counts = old.counts
+            fresh.watches = old.watches
+            if fresh.adaptive is not None and old.adaptive is not None:
+                fresh.adaptive = old.adaptive
+            return assign(
+                self, estimator=fresh, list_learning_interval=settings.list_learning_interval
+            )()
+
+        return swap
+
+    def reconfigure(self, settings: WorkEstimationSettings) -> None:
+        self.prepare(settings)()
 
     def __call__(
         self, digest: RequestDigest, classification: Classification, scope: Scope

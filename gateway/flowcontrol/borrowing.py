@@ -9,7 +9,6 @@ they used; limited levels share the rest by solving the fair allocation problem.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,8 +94,16 @@ def update_borrowing(levels: list[PriorityLevel], nominal_cl_sum: int) -> float:
     return fair_frac
 
 
+def check_period(period: float) -> None:
+    if not period > 0:  # NaN too
+        raise ValueError("the borrowing adjustment period must be positive")
+
+
 class BorrowingAdjuster:
-    """Runs ``update_borrowing`` every ``period`` seconds of the controller's event clock."""
+    """Runs ``update_borrowing`` every ``period`` seconds of the controller's event clock.
+
+    Its owner (``FlowControlMiddleware``, the one that runs the controller) starts, stops and
+    reconfigures it; nothing else touches its timer."""
 
     def __init__(
         self,
@@ -106,8 +113,7 @@ class BorrowingAdjuster:
         period: float = ADJUSTMENT_PERIOD,
         keep_history: bool = False,
     ) -> None:
-        if period <= 0 or math.isnan(period):
-            raise ValueError("the borrowing adjustment period must be positive")
+        check_period(period)
         self.controller = controller
         self.clock = clock
         self.period = period
@@ -127,6 +133,18 @@ class BorrowingAdjuster:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def reconfigure(self, period: float) -> None:
+        """A new period; a running adjuster restarts its timer on it, a stopped one stays
+        stopped. Raises ``ValueError`` before changing anything."""
+        check_period(period)
+        if period == self.period:
+            return
+        running = self.running
+        self.stop()
+        self.period = period
+        if running:
+            self.start()
 
     def _tick(self) -> None:
         self._timer = self.clock.call_later(self.period, self._tick)

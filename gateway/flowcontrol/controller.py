@@ -71,6 +71,11 @@ def flow_hash(flow_schema: str, distinguisher: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def check_server_concurrency_limit(limit: int) -> None:
+    if limit <= 0:
+        raise ValueError("server concurrency limit must be positive")
+
+
 def _mandatory() -> ObjectSet:
     from gateway.flowcontrol import bootstrap
 
@@ -88,8 +93,7 @@ class FlowController:
         mandatory: ObjectSet | None = None,
         estimated_service: float = ESTIMATED_SERVICE_DURATION,
     ) -> None:
-        if server_concurrency_limit <= 0:
-            raise ValueError("server concurrency limit must be positive")
+        check_server_concurrency_limit(server_concurrency_limit)
         self.clock = clock
         # ``clock.now``, bound once: the release path reads it without attribute look-ups.
         self.now: Callable[[], float] = clock.now
@@ -106,8 +110,9 @@ class FlowController:
         # Front doors reuse digest objects for repeated requests: by identity first (an int
         # key), then by value. Entries hold their digest, so an id is never reused while cached.
         self._by_digest: dict[int, tuple[RequestDigest, Classification]] = {}
-        # Called after every re-digest (the borrowing adjuster hooks in here).
+        # Called after every computation of the levels' limits (once per re-digest).
         self.on_digest: list[Callable[[], None]] = []
+        self.config: ObjectSet = SimpleObjectSet()  # the configuration last applied
         self.apply(config if config is not None else self._bootstrap_defaults())
 
     @staticmethod
@@ -119,6 +124,19 @@ class FlowController:
     # ------------------------------------------------------------------ configuration
     def apply(self, config: ObjectSet) -> None:
         """Swap in a new configuration; in-flight and queued requests are kept."""
+        self._digest(config)
+        self._set_limits()
+
+    def reconfigure(self, config: ObjectSet, server_concurrency_limit: int) -> None:
+        """A reload: the new configuration and concurrency limit, with the levels' limits
+        computed once for both (``apply`` then ``set_server_concurrency_limit`` would compute
+        them twice). Raises ``ValueError`` before changing anything."""
+        check_server_concurrency_limit(server_concurrency_limit)
+        self.server_cl = server_concurrency_limit
+        self.apply(config)
+
+    def _digest(self, config: ObjectSet) -> None:
+        self.config = config
         mandatory = self._mandatory if self._mandatory is not None else _mandatory()
         pls = {pl.name: pl for pl in config.priority_levels}
         for pl in mandatory.priority_levels:
@@ -160,7 +178,6 @@ class FlowController:
         }
         self._cache.clear()
         self._by_digest.clear()
-        self._set_limits()
 
     def _set_limits(self) -> None:
         total = sum(shares(level.config) for level in self.levels.values())
@@ -184,8 +201,7 @@ class FlowController:
         self.seat_fair_frac = update_borrowing(list(self.levels.values()), self.nominal_cl_sum)
 
     def set_server_concurrency_limit(self, limit: int) -> None:
-        if limit <= 0:
-            raise ValueError("server concurrency limit must be positive")
+        check_server_concurrency_limit(limit)
         self.server_cl = limit
         self._set_limits()
 

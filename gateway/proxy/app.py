@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS_KEY
 from gateway.asgi.errorformat import (
@@ -34,6 +35,10 @@ from gateway.proxy.transport import (
     UpstreamResponse,
     UpstreamTimeout,
 )
+from gateway.reconfigure import Swap, Undo, assign
+
+if TYPE_CHECKING:
+    from gateway.settings.model import RequestHeaderSettings
 
 log = logging.getLogger("gateway.proxy")
 
@@ -83,15 +88,54 @@ class ProxyApp:
         transport: Transport,
         headers: HeaderPolicy | None = None,
         observe: Observer | None = None,
+        max_connections: int = 0,
     ) -> None:
         if not routes:
             raise ValueError("at least one upstream is required")
+        # The pool size the transport was built with (0: unknown); it follows the admitted
+        # concurrency on reload.
+        self.max_connections = max_connections
         # Longest prefix first, so /api/v2 wins over /api.
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.transport = transport
         self.headers = headers or HeaderPolicy()
         self.observe = observe
         _install_filter()
+
+    def prepare(self, *, request_header: RequestHeaderSettings, max_connections: int) -> Swap:
+        """A reload (``gateway.reconfigure``): the identity headers stripped from requests
+        follow the authenticator's, and the pool follows the admitted concurrency (routes and
+        the transport keep their settings until a restart)."""
+        old = self.headers
+        headers = HeaderPolicy(
+            identity_headers=(*request_header.username_headers, *request_header.group_headers),
+            identity_prefixes=request_header.extra_header_prefixes,
+            forward_identity=old.forward_identity,
+            impersonation=old.impersonation,
+        )
+        set_headers = assign(self, headers=headers)
+        if max_connections == self.max_connections:
+            return set_headers
+        resize: Callable[[int], None] | None = getattr(self.transport, "set_max_connections", None)
+        if resize is None:
+            log.warning("this proxy transport keeps its pool size until restart")
+            return set_headers
+        resize_pool = resize
+
+        def swap() -> Undo:
+            before = self.max_connections
+            resize_pool(max_connections)
+            self.max_connections = max_connections
+            undo_headers = set_headers()
+
+            def undo() -> None:
+                undo_headers()
+                resize_pool(before)
+                self.max_connections = before
+
+            return undo
+
+        return swap
 
     def route(self, path: str) -> UpstreamRoute | None:
         for r in self.routes:

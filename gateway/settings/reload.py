@@ -18,13 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gateway.asgi.credentials import CredentialFileError
 from gateway.settings.guard import unstated_changes
 from gateway.settings.sources import ConfigLoadError, LoadedConfig, load_config, watched_files
 
 log = logging.getLogger("gateway.reload")
 
 Stamp = tuple[tuple[str, float, int, int], ...]
-# Runs in the worker thread; returns what finishes the apply on the event loop.
+# Runs in the worker thread: every component validates and builds its part (raising before
+# anything changed); returns the commit that swaps them all in on the event loop, all or none.
 Prepare = Callable[[LoadedConfig], Callable[[], None]]
 
 
@@ -71,8 +73,10 @@ class Reloader:
             raise ConfigLoadError(refused, reason="security_key_missing")
         try:
             return loaded, self.prepare(loaded)
-        except (OSError, ValueError) as exc:  # credential files
+        except (OSError, CredentialFileError) as exc:
             raise ConfigLoadError([str(exc)], reason="credentials") from exc
+        except ValueError as exc:  # a component refused its part before anything changed
+            raise ConfigLoadError([str(exc)], reason="invalid") from exc
 
     async def reload(self) -> bool:
         """Load off the loop and apply; True when the new configuration is serving."""

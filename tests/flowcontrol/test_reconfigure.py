@@ -1,8 +1,12 @@
-"""Reconfiguration (controller.apply): queued and executing requests are neither dropped nor
-counted twice; a removed level quiesces while busy and disappears once idle (Kubernetes)."""
+"""Reconfiguration (``FlowController.apply``/``reconfigure``, the borrowing adjuster's period):
+queued and executing requests are neither dropped nor counted twice; a removed level quiesces
+while busy and disappears once idle (Kubernetes); a reload computes the limits once."""
 
 from __future__ import annotations
 
+import pytest
+
+from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
 from gateway.flowcontrol.debug import dump_priority_levels
 from gateway.flowcontrol.digest import WorkEstimate
@@ -177,3 +181,52 @@ def test_classification_caches_follow_a_reconfiguration() -> None:
     again = c.classify(ALICE)
     assert again is not first and again.priority_level == "other"
     assert c.classify(twin).priority_level == "other"
+
+
+def test_reconfigure_computes_the_limits_once_for_config_and_concurrency_limit() -> None:
+    c, _ = controller()
+    computed: list[int] = []
+    c.on_digest.append(lambda: computed.append(c.server_cl))
+    bigger = config(queuing_level("q", 20, queues=4, hand_size=1), queuing_level("other", 10))
+    c.reconfigure(bigger, 35)
+    assert computed == [35]
+    assert c.config is bigger
+    # 35 seats, shares 20 + 10 + catch-all 5: q gets 20, as apply + set_server_concurrency_limit.
+    assert c.levels["q"].nominal_cl == 20
+    twice, _ = controller()
+    twice.apply(bigger)
+    twice.set_server_concurrency_limit(35)
+    assert {n: lv.nominal_cl for n, lv in twice.levels.items()} == {
+        n: lv.nominal_cl for n, lv in c.levels.items()
+    }
+
+
+def test_reconfigure_with_a_bad_limit_changes_nothing() -> None:
+    c, _ = controller()
+    running = c.config
+    limits = {name: level.nominal_cl for name, level in c.levels.items()}
+    with pytest.raises(ValueError, match="concurrency limit must be positive"):
+        c.reconfigure(config(queuing_level("q", 1)), 0)
+    assert c.config is running and c.server_cl == 15
+    assert {name: level.nominal_cl for name, level in c.levels.items()} == limits
+
+
+def test_the_borrowing_adjuster_restarts_itself_on_a_new_period() -> None:
+    c, clock = controller()
+    adjuster = BorrowingAdjuster(c, clock, period=10.0, keep_history=True)
+
+    def ticks() -> list[float]:
+        return [snapshot.time for snapshot in adjuster.history.get("q", [])]
+
+    adjuster.start()
+    clock.advance(4.0)
+    adjuster.reconfigure(3.0)  # the old timer (due at 10) is gone; the next tick is at 7
+    clock.advance(6.5)
+    assert ticks() == [7.0, 10.0]
+    with pytest.raises(ValueError, match="period must be positive"):
+        adjuster.reconfigure(float("nan"))
+    assert adjuster.period == 3.0 and adjuster.running
+    adjuster.stop()
+    adjuster.reconfigure(5.0)  # a stopped adjuster stays stopped
+    clock.advance(20.0)
+    assert ticks() == [7.0, 10.0] and not adjuster.running

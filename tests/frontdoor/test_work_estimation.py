@@ -225,7 +225,12 @@ def test_serve_runs_the_borrowing_adjuster(
     )
     gateways.append(gw)
     app: Gateway = gw.app
-    assert app.controller is not None and app.adjuster is not None and app.adjuster.running
+    assert (
+        app.controller is not None
+        and app.flow_control is not None
+        and app.flow_control.adjuster is not None
+        and app.flow_control.adjuster.running
+    )
     level = app.controller.levels["global-default"]
     before = int(gw.call(lambda: level.current_cl))
     wanted = before + 6
