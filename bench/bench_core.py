@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.apfconfig import bootstrap
+from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController, flow_hash
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo, WorkEstimate
 from gateway.flowcontrol.queueset import QueueSet, Request

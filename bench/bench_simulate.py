@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import FlowController
 from gateway.flowcontrol.digest import WorkEstimate

@@ -38,8 +38,8 @@ from gateway.settings.sources import LoadedConfig
 
 if TYPE_CHECKING:
     from gateway.asgi.workestimate import GatewayEstimator
+    from gateway.clock import EventClock
     from gateway.flowcontrol.borrowing import BorrowingAdjuster
-    from gateway.flowcontrol.clock import EventClock
     from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
@@ -172,8 +172,8 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
+        from gateway.clock import AsyncioEventClock
         from gateway.flowcontrol import debug
-        from gateway.flowcontrol.clock import AsyncioEventClock
         from gateway.flowcontrol.controller import FlowController
         from gateway.metrics.apf import APFMetrics
 

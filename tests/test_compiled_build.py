@@ -62,7 +62,7 @@ INTERPRETED_IMPORTS = {
     "gateway.asgi.authn", "gateway.asgi.describe", "gateway.asgi.errorformat",
     "gateway.asgi.refusal", "gateway.asgi.reject",
     "gateway.asgi.requestinfo", "gateway.flowcontrol", "gateway.flowcontrol.admission",
-    "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify", "gateway.flowcontrol.clock",
+    "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify", "gateway.clock",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
     "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.settings.load",

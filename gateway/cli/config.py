@@ -13,8 +13,8 @@ import argparse
 import sys
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import (
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ERRORS,
     DEFAULT_MAX_OBJECTS,
@@ -22,8 +22,8 @@ from gateway.flowcontrol.configset import (
     ConfigSet,
     more_errors,
 )
-from gateway.flowcontrol.ensure import dangling_warnings, ensure
-from gateway.flowcontrol.serialize import dump_yaml
+from gateway.apfconfig.ensure import dangling_warnings, ensure
+from gateway.apfconfig.serialize import dump_yaml
 
 
 def register(subparsers: Any) -> None:

@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.flowcontrol.ensure import dangling_warnings, effective_config
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigErrors, ConfigSet
+from gateway.apfconfig.ensure import dangling_warnings, effective_config
+from gateway.apfconfig.loader import load_paths
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.clock import EventClock, Timer
 from gateway.flowcontrol.conc_alloc import AllocationError, AllocItem, compute_allocation
 from gateway.flowcontrol.seats import round_half_up
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from gateway.clock import EventClock
 from gateway.flowcontrol.borrowing import update_borrowing
 from gateway.flowcontrol.classify import flow_schema_matches, matching_order
-from gateway.flowcontrol.clock import EventClock
 from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
 from gateway.flowcontrol.kinds import RequestKindTracker
 from gateway.flowcontrol.level import PriorityLevel, object_uid, shares
@@ -72,7 +72,7 @@ def flow_hash(flow_schema: str, distinguisher: str) -> int:
 
 
 def _mandatory() -> ObjectSet:
-    from gateway.flowcontrol import bootstrap
+    from gateway.apfconfig import bootstrap
 
     return bootstrap.mandatory()
 
@@ -112,7 +112,7 @@ class FlowController:
 
     @staticmethod
     def _bootstrap_defaults() -> ObjectSet:
-        from gateway.flowcontrol import bootstrap
+        from gateway.apfconfig import bootstrap
 
         return bootstrap.defaults()
 

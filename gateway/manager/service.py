@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.flowcontrol.clock import AsyncioEventClock, EventClock
+from gateway.clock import AsyncioEventClock, EventClock
 from gateway.manager.backends.base import (
     Backend,
     BackendError,

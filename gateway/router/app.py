@@ -14,7 +14,7 @@ from typing import Any, cast
 import aiohttp
 from aiohttp import web
 
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches

@@ -19,8 +19,8 @@ from config_testlib import (
     rule,
 )
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.serialize import fs_spec_to_dict
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.serialize import fs_spec_to_dict
 
 SUBDOMAIN = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "

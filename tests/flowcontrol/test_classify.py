@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.classify import (
     flow_schema_matches,
     non_resource_url_matches,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.level import PriorityLevel
 from gateway.testing import FakeEventClock

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.asgi.flowcontrol import FlowControlMiddleware
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
 from tests.frontdoor.conftest import ServerThread
 

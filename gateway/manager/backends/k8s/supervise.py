@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import aiohttp
 from aiohttp import web
 
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.manager.backends.k8s.api import KubeApi
 from gateway.manager.backends.k8s.lease import KubeLeaseStore
 from gateway.manager.leader import ElectionConfig, LeaderElection, election_step, release

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gateway.flowcontrol import schema
-from gateway.flowcontrol.configset import (
+from gateway.apfconfig import schema
+from gateway.apfconfig.configset import (
     MAX_DEPTH,
     VALUE_COST,
     ConfigError,
@@ -28,15 +28,15 @@ from gateway.flowcontrol.configset import (
     ConfigLimits,
     ConfigSet,
 )
-from gateway.flowcontrol.defaulting import (
+from gateway.apfconfig.defaulting import (
     SUPPORTED_API_VERSIONS,
     default_flow_schema,
     default_priority_level,
 )
-from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
+from gateway.apfconfig.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
+from gateway.apfconfig.serialize import flow_schema_from_dict, priority_level_from_dict
+from gateway.apfconfig.validation import validate_flow_schema, validate_priority_level
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
-from gateway.flowcontrol.serialize import flow_schema_from_dict, priority_level_from_dict
-from gateway.flowcontrol.validation import validate_flow_schema, validate_priority_level
 
 GROUP = "flowcontrol.apiserver.k8s.io"
 FS_KIND = "FlowSchema"
@@ -493,7 +493,7 @@ def _sorted(
 
 
 def _fixed_check(fs_kind: bool) -> Callable[[str, Mapping[str, Any]], bool]:
-    from gateway.flowcontrol import bootstrap
+    from gateway.apfconfig import bootstrap
 
     return bootstrap.flow_schema_spec_differs if fs_kind else bootstrap.priority_level_spec_differs
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from gateway.flowcontrol.configset import ConfigSet
-from gateway.flowcontrol.serialize import fs_spec_from_dict, pl_spec_from_dict
+from gateway.apfconfig.configset import ConfigSet
+from gateway.apfconfig.serialize import fs_spec_from_dict, pl_spec_from_dict
 
 MANDATORY_FILE = "mandatory.yaml"
 SUGGESTED_FILE = "suggested.yaml"
@@ -27,7 +27,7 @@ def read_text(file_name: str) -> str:
 
 @functools.cache
 def _load(file_name: str, fixed_specs: bool) -> ConfigSet:
-    from gateway.flowcontrol.loader import build_config, parse_text
+    from gateway.apfconfig.loader import build_config, parse_text
 
     docs, errors = parse_text(read_text(file_name), file_name)
     return build_config(docs, errors, fixed_specs=fixed_specs)
