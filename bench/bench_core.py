@@ -99,7 +99,9 @@ def per_request_ns(fn: Cell, batch: int, batches: int) -> float:
 
 # ---------------------------------------------------------------- 1. admit + release
 def admit_release_cells() -> dict[str, Cell]:
-    ctl = FlowController(clock=MonotonicClock(), config=bootstrap.defaults())
+    ctl = FlowController(
+        clock=MonotonicClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+    )
     hit = digest("alice")
     assert ctl.classify(hit).priority_level == "global-default"
     misses = (digest(f"user-{i}") for i in itertools.count())

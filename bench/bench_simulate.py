@@ -54,7 +54,7 @@ def run_simulator(traffic: Any) -> int:
 
 def run_bare() -> int:
     clock = FakeEventClock()
-    ctl = FlowController(clock=clock, config=CONFIG)
+    ctl = FlowController(clock=clock, config=CONFIG, mandatory=bootstrap.mandatory())
     work = WorkEstimate()
     counts = [0]
 

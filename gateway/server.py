@@ -172,6 +172,7 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
+        from gateway.apfconfig import bootstrap
         from gateway.clock import AsyncioEventClock
         from gateway.flowcontrol import debug
         from gateway.flowcontrol.controller import FlowController
@@ -182,7 +183,7 @@ class Gateway:
             self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
         controller = FlowController(
             clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
-            config=loaded.effective,
+            config=loaded.effective, mandatory=bootstrap.mandatory(),
         )  # fmt: skip
         self.controller = controller
         self.registry.register(APFMetrics(controller))

@@ -71,21 +71,19 @@ def flow_hash(flow_schema: str, distinguisher: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def _mandatory() -> ObjectSet:
-    from gateway.apfconfig import bootstrap
-
-    return bootstrap.mandatory()
-
-
 class FlowController:
+    """``config`` is a validated set of objects (``gateway.apfconfig`` builds one);
+    ``mandatory`` holds Kubernetes' mandatory objects, "imagined" whenever ``config`` lacks
+    them. The engine reads no files: callers hand both in."""
+
     def __init__(
         self,
         *,
         clock: EventClock,
         server_concurrency_limit: int = DEFAULT_MAX_REQUESTS_INFLIGHT
         + DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
-        config: ObjectSet | None = None,
-        mandatory: ObjectSet | None = None,
+        config: ObjectSet,
+        mandatory: ObjectSet,
         estimated_service: float = ESTIMATED_SERVICE_DURATION,
     ) -> None:
         if server_concurrency_limit <= 0:
@@ -108,18 +106,12 @@ class FlowController:
         self._by_digest: dict[int, tuple[RequestDigest, Classification]] = {}
         # Called after every re-digest (the borrowing adjuster hooks in here).
         self.on_digest: list[Callable[[], None]] = []
-        self.apply(config if config is not None else self._bootstrap_defaults())
-
-    @staticmethod
-    def _bootstrap_defaults() -> ObjectSet:
-        from gateway.apfconfig import bootstrap
-
-        return bootstrap.defaults()
+        self.apply(config)
 
     # ------------------------------------------------------------------ configuration
     def apply(self, config: ObjectSet) -> None:
         """Swap in a new configuration; in-flight and queued requests are kept."""
-        mandatory = self._mandatory if self._mandatory is not None else _mandatory()
+        mandatory = self._mandatory
         pls = {pl.name: pl for pl in config.priority_levels}
         for pl in mandatory.priority_levels:
             pls.setdefault(pl.name, pl)  # "imagined" when missing

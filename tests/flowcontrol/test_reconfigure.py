@@ -3,6 +3,7 @@ counted twice; a removed level quiesces while busy and disappears once idle (Kub
 
 from __future__ import annotations
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
 from gateway.flowcontrol.debug import dump_priority_levels
 from gateway.flowcontrol.digest import WorkEstimate
@@ -38,6 +39,7 @@ def controller() -> tuple[FlowController, FakeEventClock]:
             queuing_level("q", 10, queues=4, hand_size=1, queue_length_limit=10),
             queuing_level("other", 10),
         ),
+        mandatory=bootstrap.mandatory(),
     )
     return c, clock
 

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.apfconfig import bootstrap
 from gateway.server import Gateway
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
@@ -297,7 +298,12 @@ def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("not called")
 
-    mw = FlowControlMiddleware(app, controller=FlowController(clock=FakeEventClock()))
+    mw = FlowControlMiddleware(
+        app,
+        controller=FlowController(
+            clock=FakeEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+        ),
+    )
     info, _ = RequestInfoParser().parse("GET", path, query)
     assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
 

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gateway.apfconfig import bootstrap
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.clock import AsyncioEventClock
@@ -30,7 +31,9 @@ def make_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
     app = Starlette(routes=[Route("/api/v1/namespaces/{ns}/pods", whoami)])
     return FlowControlMiddleware(
         app,
-        controller=lambda: FlowController(clock=AsyncioEventClock()),
+        controller=lambda: FlowController(
+            clock=AsyncioEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+        ),
     )
 
 
@@ -66,7 +69,10 @@ def make_ws_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
     return FlowControlMiddleware(
         app,
         controller=lambda: FlowController(
-            clock=AsyncioEventClock(), server_concurrency_limit=3, config=flow
+            clock=AsyncioEventClock(),
+            server_concurrency_limit=3,
+            config=flow,
+            mandatory=bootstrap.mandatory(),
         ),
     )
 
