@@ -13,10 +13,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import uvicorn
 from prometheus_client import CollectorRegistry
 
+from gateway.apfconfig import bootstrap
 from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, parse_cidrs
 from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
@@ -27,7 +29,13 @@ from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_esti
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
+from gateway.asgi.workestimate import GatewayEstimator, LearningApp
+from gateway.clock import AsyncioEventClock, EventClock
+from gateway.flowcontrol import debug
+from gateway.flowcontrol.borrowing import BorrowingAdjuster
+from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.metrics.apf import APFMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -35,12 +43,6 @@ from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_tran
 from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
-
-if TYPE_CHECKING:
-    from gateway.asgi.workestimate import GatewayEstimator
-    from gateway.clock import EventClock
-    from gateway.flowcontrol.borrowing import BorrowingAdjuster
-    from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
 
@@ -172,12 +174,6 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
-        from gateway.apfconfig import bootstrap
-        from gateway.clock import AsyncioEventClock
-        from gateway.flowcontrol import debug
-        from gateway.flowcontrol.controller import FlowController
-        from gateway.metrics.apf import APFMetrics
-
         s = loaded.settings
         if self.clock is None:
             self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
@@ -195,8 +191,6 @@ class Gateway:
                 controller, include_details=details, to_wall=lambda t: t + wall_offset
             ),
         }
-        from gateway.asgi.workestimate import GatewayEstimator, LearningApp
-        from gateway.flowcontrol.borrowing import BorrowingAdjuster
 
         self.adjuster = BorrowingAdjuster(
             controller, self.clock, period=s.borrowing_adjustment_period
@@ -357,7 +351,6 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     ``proxy_headers`` stays off: uvicorn would otherwise replace the client address with
     ``X-Forwarded-For`` and let any client pass our front-proxy CIDR check.
     """
-    import uvicorn
 
     host, listen_port = gateway.settings.host_port
     return uvicorn.Config(

@@ -23,7 +23,7 @@ def _can_compile() -> str:
     if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
         return "no Python headers (Python.h)"
     try:
-        import mypyc  # noqa: F401
+        import mypyc  # noqa: F401, PLC0415 - optional mypyc
     except ImportError:
         return "mypy (mypyc) is not installed"
     return ""

@@ -82,8 +82,8 @@ def _positive(text: str) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from gateway.settings.load import COMMAND_LINE
-    from gateway.settings.sources import ConfigLoadError, load_config
+    from gateway.settings.load import COMMAND_LINE  # noqa: PLC0415 - per-command import
+    from gateway.settings.sources import ConfigLoadError, load_config  # noqa: PLC0415 - per-command import
 
     limits = ConfigLimits(args.max_config_bytes, args.max_config_objects, args.max_config_errors)
     try:

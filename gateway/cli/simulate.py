@@ -62,8 +62,8 @@ def _config(paths: list[str], exact: bool) -> ConfigSet:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gateway.simulate import SimulationError, TrafficError, load_traffic, simulate
-    from gateway.simulate.report import render_text, to_json
+    from gateway.simulate import SimulationError, TrafficError, load_traffic, simulate  # noqa: PLC0415 - per-command import
+    from gateway.simulate.report import render_text, to_json  # noqa: PLC0415 - per-command import
 
     paths = [p for group in args.config for p in group]
     traffic_path = args.traffic

@@ -12,6 +12,7 @@ import re
 import typing
 from typing import Any
 
+from gateway.asgi.authn import parse_cidrs
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
@@ -176,8 +177,6 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
     try:
-        from gateway.asgi.authn import parse_cidrs
-
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
     except ValueError as exc:
         errors.append(f"authentication.requestHeader.allowedCIDRs: {exc}")
