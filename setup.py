@@ -32,7 +32,7 @@ UNIX_CFLAGS = ["-fno-semantic-interposition", "-fvisibility=hidden"]
 def ext_modules() -> list[object]:
     if os.environ.get("APF_GATEWAY_COMPILE", "").lower() not in ("1", "true", "yes"):
         return []
-    from mypyc.build import mypycify
+    from mypyc.build import mypycify  # noqa: PLC0415 - optional mypyc
 
     extensions = list(mypycify(list(COMPILED_MODULES), opt_level="3", debug_level="0"))
     if sys.platform != "win32":

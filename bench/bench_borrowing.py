@@ -10,6 +10,7 @@ import statistics
 import sys
 import time
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo
 from gateway.flowcontrol.workestimate import WorkEstimator
@@ -22,7 +23,10 @@ def controller(levels: int) -> tuple[FlowController, FakeEventClock]:
     fss = [user_fs(f"fs{i}", f"u{i}", f"pl{i}") for i in range(levels)]
     clock = FakeEventClock()
     return FlowController(
-        clock=clock, server_concurrency_limit=600, config=SimpleObjectSet(tuple(fss), tuple(pls))
+        clock=clock,
+        server_concurrency_limit=600,
+        config=SimpleObjectSet(tuple(fss), tuple(pls)),
+        mandatory=bootstrap.mandatory(),
     ), clock
 
 

@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.apfconfig import bootstrap
+from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController, flow_hash
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo, WorkEstimate
 from gateway.flowcontrol.queueset import QueueSet, Request
@@ -99,7 +99,9 @@ def per_request_ns(fn: Cell, batch: int, batches: int) -> float:
 
 # ---------------------------------------------------------------- 1. admit + release
 def admit_release_cells() -> dict[str, Cell]:
-    ctl = FlowController(clock=MonotonicClock(), config=bootstrap.defaults())
+    ctl = FlowController(
+        clock=MonotonicClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+    )
     hit = digest("alice")
     assert ctl.classify(hit).priority_level == "global-default"
     misses = (digest(f"user-{i}") for i in itertools.count())

@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gateway.compiled import build_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PATH = "/api/v1/namespaces/default/pods"
@@ -327,7 +329,6 @@ def in_process(rounds: int) -> None:
 
 def compiled_tree() -> Path:
     """A copy of this tree built with the compiled hot path (setup.py)."""
-    from gateway.compiled import build_tree
 
     return build_tree(Path(tempfile.mkdtemp(prefix="bench-compiled-")) / "tree", PY)
 

@@ -51,6 +51,8 @@ from bench_frontdoor import (
     wait_port,
 )
 
+from gateway.compiled import build_tree
+
 # The one line of the proxy that hands the PF headers to the response (see without_pf_headers).
 RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY), watch)"
 SETTINGS = """apiVersion: gateway.apf.dev/v1alpha1
@@ -191,8 +193,6 @@ def main() -> int:
     if args.build != "compiled":
         trees["interpreted"] = ROOT
     if args.build != "interpreted":
-        from gateway.compiled import build_tree
-
         trees["compiled"] = args.compiled_tree or build_tree(work / "tree", PY)
     started = time.monotonic()
     print(f"HTTP implementation: {args.http_implementation or 'the default'}")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import FlowController
 from gateway.flowcontrol.digest import WorkEstimate
@@ -54,7 +54,7 @@ def run_simulator(traffic: Any) -> int:
 
 def run_bare() -> int:
     clock = FakeEventClock()
-    ctl = FlowController(clock=clock, config=CONFIG)
+    ctl = FlowController(clock=clock, config=CONFIG, mandatory=bootstrap.mandatory())
     work = WorkEstimate()
     counts = [0]
 

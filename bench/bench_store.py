@@ -27,6 +27,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import aiosqlite
+
 from gateway.store import ActivationWriter, open_store
 from gateway.store.base import activation_key
 from gateway.store.postgres import PostgresStore, _dumps
@@ -87,8 +89,6 @@ async def via_writer(url: str, recs: list[dict[str, Any]], size: int) -> float:
 
 
 async def via_aiosqlite(path: str, recs: list[dict[str, Any]], size: int) -> float:
-    import aiosqlite
-
     async with aiosqlite.connect(path, isolation_level=None) as db:
         await db.execute("PRAGMA busy_timeout = 10000")
         await db.execute("PRAGMA journal_mode = WAL")
@@ -124,7 +124,7 @@ async def via_pg_executemany(url: str, recs: list[dict[str, Any]], size: int) ->
 
 async def pg_available() -> bool:
     try:
-        import asyncpg
+        import asyncpg  # noqa: PLC0415 - optional asyncpg
 
         conn = await asyncpg.connect(PG, timeout=3)
     except Exception:
@@ -134,7 +134,7 @@ async def pg_available() -> bool:
 
 
 async def drop_schemas(schemas: list[str]) -> None:
-    import asyncpg
+    import asyncpg  # noqa: PLC0415 - optional asyncpg
 
     conn = await asyncpg.connect(PG)
     for schema in schemas:

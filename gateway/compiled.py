@@ -8,6 +8,9 @@ interpreted. The list is shared by ``setup.py``, the build test and the front-do
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 COMPILED_MODULES = (
@@ -46,9 +49,6 @@ def build_tree(dest: Path, python: str) -> Path:
     """Copy this source tree to ``dest`` and compile it in place there (for the build test and
     the benchmark: they run the compiled modules without touching the editable install).
     Returns ``dest``; raises ``subprocess.CalledProcessError`` with the compiler's output."""
-    import os
-    import shutil
-    import subprocess
 
     root = Path(__file__).resolve().parent.parent
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "build", "*.egg-info")

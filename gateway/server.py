@@ -13,10 +13,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import uvicorn
 from prometheus_client import CollectorRegistry
 
+from gateway.apfconfig import bootstrap
 from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
@@ -24,20 +26,21 @@ from gateway.asgi.errorformat import send_refused
 from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
+from gateway.asgi.workestimate import GatewayEstimator, LearningApp
+from gateway.clock import AsyncioEventClock, EventClock
+from gateway.flowcontrol import debug
+from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.metrics.apf import APFMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
+from gateway.serving.protocol import protocol_class
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
-
-if TYPE_CHECKING:
-    from gateway.asgi.workestimate import GatewayEstimator
-    from gateway.flowcontrol.clock import EventClock
-    from gateway.flowcontrol.controller import FlowController
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
@@ -151,17 +154,12 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
-        from gateway.flowcontrol import debug
-        from gateway.flowcontrol.clock import AsyncioEventClock
-        from gateway.flowcontrol.controller import FlowController
-        from gateway.metrics.apf import APFMetrics
-
         s = loaded.settings
         if self.clock is None:
             self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
         controller = FlowController(
             clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
-            config=loaded.effective,
+            config=loaded.effective, mandatory=bootstrap.mandatory(),
         )  # fmt: skip
         self.controller = controller
         self.registry.register(APFMetrics(controller))
@@ -173,7 +171,6 @@ class Gateway:
                 controller, include_details=details, to_wall=lambda t: t + wall_offset
             ),
         }
-        from gateway.asgi.workestimate import GatewayEstimator, LearningApp
 
         inner: ASGIApp = self.endpoints
         if self.estimator is unit_estimator:
@@ -319,9 +316,6 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     ``proxy_headers`` stays off: uvicorn would otherwise replace the client address with
     ``X-Forwarded-For`` and let any client pass our front-proxy CIDR check.
     """
-    import uvicorn
-
-    from gateway.serving.protocol import protocol_class
 
     s = gateway.settings
     host, listen_port = s.host_port

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.flowcontrol.clock import Clock
+from gateway.clock import Clock
 
 #: How much of a log's end is read to find its last line, and how much of that line is shown.
 TAIL_BYTES = 8192

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from loadtests import scenario
+from loadtests import runner, scenario
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,6 @@ def main(args: argparse.Namespace) -> int:
             doc = scenario.load(name).doc
             print(f"{name:22s} {doc.get('description', '')}")
         return 0 if args.list else 2
-    from loadtests import runner
 
     try:
         duration = scenario.seconds(args.duration, "--duration") if args.duration else None

@@ -16,6 +16,7 @@ from typing import Any
 
 from loadtests import fairness, promtext
 from loadtests.render import finite, markdown, summary_text
+from loadtests.scenario import seconds
 from loadtests.targets import evaluate, members
 
 M = promtext.PREFIX
@@ -35,8 +36,6 @@ def load_events(out: Path) -> list[dict[str, Any]]:
 
 
 def phases_of(doc: dict[str, Any], duration: float) -> list[dict[str, Any]]:
-    from loadtests.scenario import seconds
-
     raw = doc.get("phases") or [
         {
             "name": "steady",
@@ -191,7 +190,6 @@ def generate(out: Path) -> dict[str, Any]:
     series = json.loads((out / "timeseries.json").read_text())
     before = promtext.parse((out / "metrics-before.txt").read_text())
     after = promtext.parse((out / "metrics-after.txt").read_text())
-    from loadtests.scenario import seconds
 
     doc, tenants, duration = run["doc"], run["tenants"], float(run["duration"])
     service_time = seconds(doc.get("serviceTime", 0.1), "serviceTime")
@@ -257,7 +255,7 @@ def generate(out: Path) -> dict[str, Any]:
     result["totals"] = {k: everything[k] for k in ("requests", "ok", "rejected", "failed")}
     result["totals"]["failures"] = everything["failures"]
     result["targets"] = evaluate(doc.get("targets") or [], result, tenants)
-    from loadtests import plots
+    from loadtests import plots  # noqa: PLC0415 - optional matplotlib
 
     result["plots"] = plots.render(out, events, t0, series, tenants, result)
     (out / "report.json").write_text(json.dumps(finite(result), indent=1))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests import procs, scenario
+from loadtests import platform, procs, report, scenario
 from loadtests.balancer import Balancer
 from loadtests.sampler import Sampler, scrape
 
@@ -166,8 +166,6 @@ def run(opts: Options) -> Path:
     config_dir = out / "config"
     keys = None
     if sc.doc.get("platform"):
-        from loadtests import platform
-
         platform.add_keys(sc.tenants)
         keys = platform.keys_file(out)
     scenario.write_config(config_dir, sc.doc, sc.tenants, token_file, keys)
@@ -314,7 +312,6 @@ def run(opts: Options) -> Path:
             f"{cpu['busiestMeanPercent']:.0f}% CPU, Locust CPU warning: {cpu_warning}); "
             f"try --processes {opts.processes + 1}",
         )
-    from loadtests import report
 
     result = report.generate(out)
     say(opts, f"report: {out / 'report.md'}")

@@ -18,6 +18,8 @@ import socket
 import sys
 from typing import Any
 
+import uvicorn
+
 Scope = dict[str, Any]
 
 
@@ -96,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         parser.error("the load-test upstream serves loopback only")
 
-    import uvicorn
-
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     server = uvicorn.Server(config)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    import uvloop
+    import uvloop  # noqa: PLC0415 - optional uvloop
 
     uvloop.run(server.serve(sockets=[sock]))
     return 0

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.flowcontrol.controller import Classification
@@ -80,8 +81,6 @@ def request_view(scope: Scope) -> RequestView:
     query: dict[str, str] = {}
     raw = scope.get("query_string", b"")
     if raw:
-        from urllib.parse import parse_qsl
-
         query = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
     return RequestView(scope.get("method", "GET"), scope["path"], headers, query)
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import (
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ERRORS,
     DEFAULT_MAX_OBJECTS,
@@ -22,8 +22,8 @@ from gateway.flowcontrol.configset import (
     ConfigSet,
     more_errors,
 )
-from gateway.flowcontrol.ensure import dangling_warnings, ensure
-from gateway.flowcontrol.serialize import dump_yaml
+from gateway.apfconfig.ensure import dangling_warnings, ensure
+from gateway.apfconfig.serialize import dump_yaml
 
 
 def register(subparsers: Any) -> None:
@@ -82,8 +82,8 @@ def _positive(text: str) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from gateway.settings.load import COMMAND_LINE
-    from gateway.settings.sources import ConfigLoadError, load_config
+    from gateway.settings.load import COMMAND_LINE  # noqa: PLC0415 - per-command import
+    from gateway.settings.sources import ConfigLoadError, load_config  # noqa: PLC0415 - per-command import
 
     limits = ConfigLimits(args.max_config_bytes, args.max_config_objects, args.max_config_errors)
     try:

@@ -193,12 +193,12 @@ def _pairs(values: list[str], flag: str) -> dict[str, int]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.manager.api import build_app
-    from gateway.manager.backends import load_backend
-    from gateway.manager.core import ManagerSettings
-    from gateway.manager.service import ManagerService, ServiceSettings
-    from gateway.platform.internal_token import resolve
-    from gateway.platform.serving import run
+    from gateway.manager.api import build_app  # noqa: PLC0415 - per-command import
+    from gateway.manager.backends import load_backend  # noqa: PLC0415 - per-command import
+    from gateway.manager.core import ManagerSettings  # noqa: PLC0415 - per-command import
+    from gateway.manager.service import ManagerService, ServiceSettings  # noqa: PLC0415 - per-command import
+    from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
+    from gateway.platform.serving import run  # noqa: PLC0415 - per-command import
 
     configure_logging(args.log_level)
     options: dict[str, Any] = {}
@@ -219,7 +219,7 @@ def _serve(args: argparse.Namespace) -> int:
         print("--router-wait-seconds must be >= 0", file=sys.stderr)
         return 2
     if args.store:
-        from gateway.store import StoreError, open_store
+        from gateway.store import StoreError, open_store  # noqa: PLC0415 - per-command import
 
         try:
             open_store(args.store)  # the URL only; the service opens it
@@ -253,7 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _token(args: argparse.Namespace) -> str | None:
     """The internal token (file or environment); None after printing why there is none."""
-    from gateway.platform.internal_token import resolve
+    from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
 
     try:
         return resolve(args.internal_token_file)

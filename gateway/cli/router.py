@@ -118,18 +118,18 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gateway.platform.internal_token import resolve
-    from gateway.platform.serving import (
+    from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
+    from gateway.platform.serving import (  # noqa: PLC0415 - per-command import
         bind,
         parse_listen,
         run_async,
         serve_until_signal,
         url_of,
     )
-    from gateway.router.api import build_app
-    from gateway.router.app import Router, RouterSettings
-    from gateway.router.identity import DEFAULT_TRUSTED
-    from gateway.store import StoreError, open_store
+    from gateway.router.api import build_app  # noqa: PLC0415 - per-command import
+    from gateway.router.app import Router, RouterSettings  # noqa: PLC0415 - per-command import
+    from gateway.router.identity import DEFAULT_TRUSTED  # noqa: PLC0415 - per-command import
+    from gateway.store import StoreError, open_store  # noqa: PLC0415 - per-command import
 
     configure_logging(args.log_level)
     try:

@@ -394,11 +394,11 @@ def tune_gc() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-    import uvloop
+    import uvicorn  # noqa: PLC0415 - per-command import
+    import uvloop  # noqa: PLC0415 - per-command import
 
-    from gateway.server import Gateway, uvicorn_config
-    from gateway.settings.sources import ConfigLoadError, load_config
+    from gateway.server import Gateway, uvicorn_config  # noqa: PLC0415 - per-command import
+    from gateway.settings.sources import ConfigLoadError, load_config  # noqa: PLC0415 - per-command import
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -414,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     gateway.enable_reload(loaded, args.config, overrides)
     gateway.on_startup.append(tune_gc)
-    from gateway.compiled import compiled_modules
+    from gateway.compiled import compiled_modules  # noqa: PLC0415 - per-command import
 
     compiled = compiled_modules()
     logging.getLogger("gateway.serve").info(
@@ -422,9 +422,9 @@ def run(args: argparse.Namespace) -> int:
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
         loaded.settings.http_implementation,
     )
-    import resource
+    import resource  # noqa: PLC0415 - per-command import
 
-    from gateway.serving.limits import file_limit_warning
+    from gateway.serving.limits import file_limit_warning  # noqa: PLC0415 - per-command import
 
     soft_files, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     warning = file_limit_warning(loaded.settings, soft_files)

@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.flowcontrol.ensure import dangling_warnings, effective_config
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigErrors, ConfigSet
+from gateway.apfconfig.ensure import dangling_warnings, effective_config
+from gateway.apfconfig.loader import load_paths
 
 
 def register(subparsers: Any) -> None:
@@ -62,8 +62,8 @@ def _config(paths: list[str], exact: bool) -> ConfigSet:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gateway.simulate import SimulationError, TrafficError, load_traffic, simulate
-    from gateway.simulate.report import render_text, to_json
+    from gateway.simulate import SimulationError, TrafficError, load_traffic, simulate  # noqa: PLC0415 - per-command import
+    from gateway.simulate.report import render_text, to_json  # noqa: PLC0415 - per-command import
 
     paths = [p for group in args.config for p in group]
     traffic_path = args.traffic

@@ -164,7 +164,7 @@ def _sweep(state: Path) -> None:
 def _internal_token(root: Path) -> Path:
     """A fresh internal token for this run (manager and routers require it of each other);
     the state dir and the file are this user's only (0700 / 0600)."""
-    from gateway.platform.internal_token import write
+    from gateway.platform.internal_token import write  # noqa: PLC0415 - per-command import
 
     root.chmod(0o700)
     path = root / "internal-token"
@@ -178,7 +178,7 @@ def _fail(message: str) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from gateway.platform.serving import bind, parse_listen
+    from gateway.platform.serving import bind, parse_listen  # noqa: PLC0415 - per-command import
 
     uuid, sep, key = args.api_key.partition(":")
     if not sep or not uuid or not key:

@@ -9,16 +9,14 @@ they used; limited levels share the rest by solving the fair allocation problem.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.clock import EventClock, Timer
 from gateway.flowcontrol.conc_alloc import AllocationError, AllocItem, compute_allocation
+from gateway.flowcontrol.level import PriorityLevel
 from gateway.flowcontrol.seats import round_half_up
-
-if TYPE_CHECKING:
-    from gateway.flowcontrol.controller import FlowController
-    from gateway.flowcontrol.level import PriorityLevel
 
 ADJUSTMENT_PERIOD = 10.0
 SMOOTHING_COEFFICIENT = 0.977
@@ -99,6 +97,16 @@ def check_period(period: float) -> None:
         raise ValueError("the borrowing adjustment period must be positive")
 
 
+class Borrower(Protocol):
+    """What the adjuster drives: ``controller.FlowController`` (which calls ``update_borrowing``
+    above, so this module cannot import it)."""
+
+    @property
+    def levels(self) -> Mapping[str, PriorityLevel]: ...
+
+    def update_borrowing(self) -> None: ...
+
+
 class BorrowingAdjuster:
     """Runs ``update_borrowing`` every ``period`` seconds of the controller's event clock.
 
@@ -107,7 +115,7 @@ class BorrowingAdjuster:
 
     def __init__(
         self,
-        controller: FlowController,
+        controller: Borrower,
         clock: EventClock,
         *,
         period: float = ADJUSTMENT_PERIOD,

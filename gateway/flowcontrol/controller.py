@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from gateway.clock import EventClock
 from gateway.flowcontrol.borrowing import update_borrowing
 from gateway.flowcontrol.classify import flow_schema_matches, matching_order
-from gateway.flowcontrol.clock import EventClock
 from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
 from gateway.flowcontrol.kinds import RequestKindTracker
 from gateway.flowcontrol.level import PriorityLevel, object_uid, shares
@@ -76,21 +76,19 @@ def check_server_concurrency_limit(limit: int) -> None:
         raise ValueError("server concurrency limit must be positive")
 
 
-def _mandatory() -> ObjectSet:
-    from gateway.flowcontrol import bootstrap
-
-    return bootstrap.mandatory()
-
-
 class FlowController:
+    """``config`` is a validated set of objects (``gateway.apfconfig`` builds one);
+    ``mandatory`` holds Kubernetes' mandatory objects, "imagined" whenever ``config`` lacks
+    them. The engine reads no files: callers hand both in."""
+
     def __init__(
         self,
         *,
         clock: EventClock,
         server_concurrency_limit: int = DEFAULT_MAX_REQUESTS_INFLIGHT
         + DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
-        config: ObjectSet | None = None,
-        mandatory: ObjectSet | None = None,
+        config: ObjectSet,
+        mandatory: ObjectSet,
         estimated_service: float = ESTIMATED_SERVICE_DURATION,
     ) -> None:
         check_server_concurrency_limit(server_concurrency_limit)
@@ -113,13 +111,7 @@ class FlowController:
         # Called after every computation of the levels' limits (once per re-digest).
         self.on_digest: list[Callable[[], None]] = []
         self.config: ObjectSet = SimpleObjectSet()  # the configuration last applied
-        self.apply(config if config is not None else self._bootstrap_defaults())
-
-    @staticmethod
-    def _bootstrap_defaults() -> ObjectSet:
-        from gateway.flowcontrol import bootstrap
-
-        return bootstrap.defaults()
+        self.apply(config)
 
     # ------------------------------------------------------------------ configuration
     def apply(self, config: ObjectSet) -> None:
@@ -137,7 +129,7 @@ class FlowController:
 
     def _digest(self, config: ObjectSet) -> None:
         self.config = config
-        mandatory = self._mandatory if self._mandatory is not None else _mandatory()
+        mandatory = self._mandatory
         pls = {pl.name: pl for pl in config.priority_levels}
         for pl in mandatory.priority_levels:
             pls.setdefault(pl.name, pl)  # "imagined" when missing

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from gateway.flowcontrol.clock import Clock
+from gateway.clock import Clock
 from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import uuid
 
-from gateway.flowcontrol.clock import EventClock
+from gateway.clock import EventClock
 from gateway.flowcontrol.objects import (
     LimitResponseType,
     PriorityLevelConfiguration,

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
-from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, R_WORD, seats_times_duration
 from gateway.flowcontrol.segments import Segments

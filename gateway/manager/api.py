@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.manager.core import ActionSpec, Container, UnknownRouter
 from gateway.manager.policy import Reason
@@ -191,8 +192,6 @@ async def list_containers(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     body = generate_latest(request.app[SERVICE].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

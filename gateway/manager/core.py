@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.clock import EventClock, Timer
 from gateway.manager.model import ActionSpec, Container, CState
 from gateway.manager.policy import Disruption, Reason, decide
 from gateway.platform.ids import new_container_id

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import aiohttp
 
-from gateway.manager.backends.base import BackendError, can_evict
+from gateway.manager.backends.base import Backend, BackendError, ContainerHandle, can_evict
+from gateway.manager.core import ManagerCore
+from gateway.manager.metrics import ManagerMetrics
 from gateway.manager.model import Container, CState
 from gateway.manager.policy import Disruption, Reason
-
-if TYPE_CHECKING:
-    from gateway.manager.service import ManagerService
 
 log = logging.getLogger("gateway.manager")
 
@@ -47,8 +47,46 @@ class Result:
 REMOVED = Result("removed")
 
 
+class HostSettings(Protocol):
+    @property
+    def grace_seconds(self) -> float: ...
+
+    @property
+    def eviction_retry_seconds(self) -> float: ...
+
+
+class Host(Protocol):
+    """What disruptions use of the manager: ``service.ManagerService``, which owns them (and so
+    is not imported here)."""
+
+    @property
+    def core(self) -> ManagerCore: ...
+
+    @property
+    def metrics(self) -> ManagerMetrics: ...
+
+    @property
+    def settings(self) -> HostSettings: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def handles(self) -> dict[str, ContainerHandle]: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def http(self) -> aiohttp.ClientSession: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+    async def remove(self, cid: str, grace: float, reason: str) -> None: ...
+
+
 class Disruptions:
-    def __init__(self, service: ManagerService) -> None:
+    def __init__(self, service: Host) -> None:
         self.service = service
         self.core = service.core
         self.metrics = service.metrics

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.flowcontrol.clock import Clock
+from gateway.clock import Clock
 
 log = logging.getLogger("gateway.manager.leader")
 

@@ -23,19 +23,29 @@ do not collide. Names (``docs/platform.md``, "Metrics"):
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sized
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from gateway.manager.service import ManagerService
+from gateway.manager.core import ManagerCore
+
+
+class Observed(Protocol):
+    """What the gauges read of the manager: ``service.ManagerService``, which owns the metrics
+    (and so is not imported here)."""
+
+    @property
+    def core(self) -> ManagerCore: ...
+
+    @property
+    def stems(self) -> Mapping[str, Sized]: ...
 
 
 class _View(Collector):
-    def __init__(self, service: Callable[[], ManagerService | None]) -> None:
+    def __init__(self, service: Callable[[], Observed | None]) -> None:
         self._service = service
 
     def collect(self) -> Iterator[Metric]:
@@ -58,7 +68,7 @@ class _View(Collector):
 
 
 class ManagerMetrics:
-    def __init__(self, service: Callable[[], ManagerService | None] = lambda: None) -> None:
+    def __init__(self, service: Callable[[], Observed | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.creations = Counter(

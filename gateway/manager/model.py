@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.flowcontrol.clock import Timer
+from gateway.clock import Timer
 from gateway.platform.actions import EvictionSafe
 
 

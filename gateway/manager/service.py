@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.flowcontrol.clock import AsyncioEventClock, EventClock
+from gateway.clock import AsyncioEventClock, EventClock
 from gateway.manager.backends.base import (
     Backend,
     BackendError,
@@ -42,7 +42,7 @@ from gateway.manager.disruption import Disruptions
 from gateway.manager.metrics import ManagerMetrics
 from gateway.platform.ids import new_container_id
 from gateway.platform.internal_token import bearer
-from gateway.store import Store, StoreError
+from gateway.store import Store, StoreError, open_store
 
 log = logging.getLogger("gateway.manager")
 
@@ -97,8 +97,6 @@ class ManagerService:
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         if self.settings.store_url:
-            from gateway.store import open_store
-
             store = open_store(self.settings.store_url)
             await store.open()
             self.store = store

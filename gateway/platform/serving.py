@@ -92,7 +92,7 @@ def run(app: web.Application, listen: str, drain: Drain | None = None) -> int:
 def run_async(coro: Coroutine[Any, Any, None]) -> None:
     """``asyncio.run`` on uvloop when available (it ships with ``uvicorn[standard]``)."""
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 - optional uvloop
 
         factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
     except ImportError:  # pragma: no cover

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Literal
+from urllib.parse import quote
 
 from gateway.flowcontrol.digest import UserInfo
 
@@ -147,6 +148,4 @@ def _tokens(value: bytes) -> frozenset[bytes]:
 
 
 def _extra_key(key: str) -> bytes:
-    from urllib.parse import quote
-
     return quote(key.lower(), safe="").encode("ascii")

@@ -11,7 +11,12 @@ from typing import Any
 
 import h11
 import httpx
+from aiohttp import ClientSession, ClientTimeout
+from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
+from yarl import URL
 
+from gateway.proxy.aiohttp_transport import CheckedConnector
 from gateway.proxy.transport import (
     SMALL_BODY,
     Headers,
@@ -142,12 +147,6 @@ class HttpxAiohttpUpstreamTransport(HttpxUpstreamTransport):
 def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     """httpx-aiohttp hands aiohttp ``str(request.url)``, which yarl requotes (``%3A`` becomes
     ``:``, ``%2F`` in a query ``/``); this one sends the canonical target unchanged."""
-    from aiohttp import ClientSession, ClientTimeout
-    from httpx_aiohttp import AiohttpTransport
-    from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
-    from yarl import URL
-
-    from gateway.proxy.aiohttp_transport import CheckedConnector
 
     class ExactTargetTransport(AiohttpTransport):
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.platform.actions import ActionInfo, validate_put
 from gateway.platform.errors import (
@@ -26,6 +27,7 @@ from gateway.platform.errors import (
 from gateway.platform.ids import is_activation_id, new_activation_id
 from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
 from gateway.router.invoker import ProxyTo, Throttled
+from gateway.store import Conflict
 
 log = logging.getLogger("gateway.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -140,8 +142,6 @@ async def _body(request: web.Request) -> Any:
 
 # ---- actions -----------------------------------------------------------------------------
 async def put_action(request: web.Request) -> web.Response:
-    from gateway.store import Conflict
-
     router, _, ns = _context(request)
     name = request.match_info["name"]
     doc = validate_put(ns, name, await _body(request))
@@ -389,8 +389,6 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     body = generate_latest(request.app[ROUTER].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

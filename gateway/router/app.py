@@ -14,7 +14,7 @@ from typing import Any, cast
 import aiohttp
 from aiohttp import web
 
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
@@ -31,6 +31,7 @@ from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
+from gateway.store import ActivationWriter, Store, StoreError, open_store
 
 log = logging.getLogger("gateway.router")
 
@@ -66,8 +67,6 @@ class Router:
         self.incarnation = uuid.uuid4().hex[:16]
 
     async def start(self, url: str) -> None:
-        from gateway.store import ActivationWriter, Store, open_store
-
         self.url = url
         self.store = open_store(self.settings.store_url)
         await self.store.open()
@@ -111,7 +110,6 @@ class Router:
         """Activations a previous process of this router id left running when it died get
         their ``whisk internal error`` record now (``apf-gateway up`` restarts a router under
         the same id)."""
-        from gateway.store import StoreError
 
         try:
             records = await self.store.recover_in_flight(

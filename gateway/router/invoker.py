@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.flowcontrol.clock import EventClock
+from gateway.clock import EventClock
 from gateway.manager.model import ActionSpec
 from gateway.platform.actions import ActionInfo
 from gateway.router.activation import Outcome

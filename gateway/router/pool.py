@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.flowcontrol.clock import EventClock, Timer
+from gateway.clock import EventClock, Timer
 
 
 class PoolEvents(Protocol):

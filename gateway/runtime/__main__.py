@@ -88,8 +88,8 @@ def main(
     host, port, concurrency, options = _parse(argv)
     if secret is None:
         secret = read_secret(options["--secret-fd"])
-    from gateway.runtime.app import Runtime
-    from gateway.runtime.http import Stopping, listen, serve_forever
+    from gateway.runtime.app import Runtime  # noqa: PLC0415 - cold start
+    from gateway.runtime.http import Stopping, listen, serve_forever  # noqa: PLC0415 - cold start
 
     def stop(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the drain must not be interrupted
@@ -100,7 +100,7 @@ def main(
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if sock is None and options["--listen-fd"]:
-        import socket
+        import socket  # noqa: PLC0415 - cold start
 
         sock = socket.socket(fileno=int(options["--listen-fd"]))
     elif sock is None:

@@ -39,7 +39,7 @@ def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
 
 
 def _print_traceback() -> None:
-    import traceback
+    import traceback  # noqa: PLC0415 - cold start
 
     traceback.print_exc(file=sys.stderr)
 
@@ -50,7 +50,7 @@ def load_source(source: str, filename: str, main_name: str) -> Callable[..., Any
     module.__file__ = filename
     sys.modules[MODULE_NAME] = module
     if not os.path.exists(filename):  # let tracebacks show source lines of inline code
-        import linecache
+        import linecache  # noqa: PLC0415 - cold start
 
         lines = source.splitlines(keepends=True)
         linecache.cache[filename] = (len(source), None, lines, filename)
@@ -68,10 +68,10 @@ def load_source(source: str, filename: str, main_name: str) -> Callable[..., Any
 
 def load_binary(payload: str, main_name: str) -> Callable[..., Any]:
     """A base64 zip with ``__main__.py`` at its root (optionally a ``virtualenv/``)."""
-    import base64
-    import binascii
-    import io
-    import zipfile
+    import base64  # noqa: PLC0415 - cold start
+    import binascii  # noqa: PLC0415 - cold start
+    import io  # noqa: PLC0415 - cold start
+    import zipfile  # noqa: PLC0415 - cold start
 
     try:
         data = base64.b64decode(payload, validate=False)
@@ -82,8 +82,8 @@ def load_binary(payload: str, main_name: str) -> Callable[..., Any]:
             return load_source(data.decode("utf-8"), "<action>", main_name)
         except UnicodeDecodeError:
             raise ActionError(502, "Binary code is neither a zip file nor Python source.") from None
-    import glob
-    import tempfile
+    import glob  # noqa: PLC0415 - cold start
+    import tempfile  # noqa: PLC0415 - cold start
 
     root = tempfile.mkdtemp(prefix="action-")
     try:
@@ -110,7 +110,7 @@ def run_env(body: Mapping[str, Any]) -> dict[str, str]:
 def _as_env(value: Any) -> str:
     if isinstance(value, str):
         return value
-    import json
+    import json  # noqa: PLC0415 - cold start
 
     return json.dumps(value)
 
@@ -129,7 +129,7 @@ class Action:
         self._slots = threading.BoundedSemaphore(concurrency)
         self._loop: Any = None
         if _is_coroutine_function(main):
-            import asyncio
+            import asyncio  # noqa: PLC0415 - cold start
 
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, daemon=True).start()
@@ -151,7 +151,7 @@ class Action:
                 raise ActionError(502, f"The action exited (sys.exit({exc.code!r})).") from exc
 
     def _call_async(self, params: dict[str, Any], env: dict[str, str]) -> Future[Any]:
-        import asyncio
+        import asyncio  # noqa: PLC0415 - cold start
 
         async def activation() -> Any:
             set_activation_env(env)  # task-local: each task runs in its own context copy

@@ -40,7 +40,7 @@ def _error(status: int, message: str, **extra: str) -> tuple[int, bytes]:
 def init_digest(value: dict[str, Any]) -> str:
     """A digest of an ``/init`` value (code, main, binary, env), computed alike by the router
     from what it sends and by the runtime from what it received."""
-    import hashlib
+    import hashlib  # noqa: PLC0415 - cold start
 
     canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

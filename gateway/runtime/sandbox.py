@@ -115,8 +115,8 @@ def _wait_for(child: int) -> None:
 def _loopback_up() -> None:
     """A new network namespace starts with ``lo`` down; actions may still want 127.0.0.1
     among their own processes (it reaches nothing of the host's)."""
-    import fcntl
-    import struct
+    import fcntl  # noqa: PLC0415 - cold start
+    import struct  # noqa: PLC0415 - cold start
 
     siocsifflags, iff_up_loopback_running = 0x8914, 0x1 | 0x8 | 0x40
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -145,7 +145,7 @@ def _enter_namespaces(config: dict[str, Any], sock: socket.socket) -> None:
 
 
 def _limit(config: dict[str, Any]) -> None:
-    import resource
+    import resource  # noqa: PLC0415 - cold start
 
     for name, value in (config.get("rlimits") or {}).items():
         which = getattr(resource, f"RLIMIT_{name}")
@@ -172,8 +172,8 @@ def confine(config: dict[str, Any]) -> socket.socket:
         os.chdir(config["workdir"])
     os.umask(0o077)
     # loaded before the uid may lose read access to the source tree
-    import gateway.runtime.app
-    import gateway.runtime.http  # noqa: F401
+    import gateway.runtime.app  # noqa: PLC0415 - before privileges drop
+    import gateway.runtime.http  # noqa: F401, PLC0415 - before privileges drop
 
     _drop(config)
     os.environ.clear()
@@ -196,7 +196,7 @@ def main(argv: list[str]) -> None:
     except (SandboxError, OSError, ValueError) as exc:
         sys.stderr.write(f"gateway.runtime.sandbox: {exc}\n")
         raise SystemExit(3) from None
-    from gateway.runtime.__main__ import main as runtime_main
+    from gateway.runtime.__main__ import main as runtime_main  # noqa: PLC0415 - cold start
 
     runtime_main(list(config.get("runtime", [])), secret=secret, sock=sock)
 

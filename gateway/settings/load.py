@@ -12,6 +12,7 @@ import re
 import typing
 from typing import Any
 
+from gateway.asgi.authn import parse_cidrs
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
@@ -177,8 +178,6 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
     _validate_client(s, errors)
     try:
-        from gateway.asgi.authn import parse_cidrs
-
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
     except ValueError as exc:
         errors.append(f"authentication.requestHeader.allowedCIDRs: {exc}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.flowcontrol.configset import (
+from gateway.apfconfig.configset import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ERRORS,
     DEFAULT_MAX_OBJECTS,

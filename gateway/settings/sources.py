@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.flowcontrol.configset import ConfigErrors, ConfigLimits, ConfigSet, more_errors
+from gateway.apfconfig import loader
+from gateway.apfconfig.configset import ConfigErrors, ConfigLimits, ConfigSet, more_errors
+from gateway.apfconfig.ensure import effective_config
 from gateway.settings.load import (
     COMMAND_LINE,
     SettingsError,
@@ -53,8 +55,6 @@ def load_config(
 ) -> LoadedConfig:
     """Raises ``ConfigLoadError`` listing the problems in every file. ``limits`` bound the
     reading; by default those the flags set (a reload passes the running configuration's)."""
-    from gateway.flowcontrol import loader
-    from gateway.flowcontrol.ensure import effective_config
 
     if limits is None:
         try:

@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, LimitsSnapshot
 from gateway.flowcontrol.controller import Classification, FlowController, ObjectSet
 from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
@@ -132,6 +133,7 @@ class Simulation:
             clock=self.clock,
             server_concurrency_limit=traffic.server_concurrency_limit,
             config=config,
+            mandatory=bootstrap.mandatory(),
         )
         expected = sum(expected_calls(spec) for spec in traffic.clients)
         if expected > MAX_REQUESTS:

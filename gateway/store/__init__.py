@@ -20,7 +20,7 @@ __all__ = ["ActivationWriter", "Conflict", "Store", "StoreError", "open_store"]
 def open_store(url: str) -> Store:
     """A store for ``url``, not yet opened (call ``await store.open()``)."""
     if url.startswith("sqlite://"):
-        from gateway.store.sqlite import MEMORY, SQLiteStore
+        from gateway.store.sqlite import MEMORY, SQLiteStore  # noqa: PLC0415 - the store the URL names
 
         path = url[len("sqlite://") :]
         if path in (MEMORY, "/" + MEMORY):
@@ -29,7 +29,7 @@ def open_store(url: str) -> Store:
             raise StoreError(f"no database file in {url!r}: use sqlite:///abs/path.db")
         return SQLiteStore(path)
     if url.startswith(("postgresql://", "postgres://")):
-        from gateway.store.postgres import PostgresStore
+        from gateway.store.postgres import PostgresStore  # noqa: PLC0415 - the store the URL names
 
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)

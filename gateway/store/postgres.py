@@ -97,7 +97,7 @@ class PostgresStore:
         if self._pool is not None:
             return
         try:
-            import asyncpg
+            import asyncpg  # noqa: PLC0415 - optional asyncpg
         except ImportError as exc:
             raise StoreError(
                 "PostgreSQL needs asyncpg: pip install 'apf-gateway[postgres]'"
@@ -134,7 +134,7 @@ class PostgresStore:
             await pool.close()
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
-        import asyncpg
+        import asyncpg  # noqa: PLC0415 - optional asyncpg
 
         try:
             return list(await self.pool.fetch(sql, *args))
@@ -145,7 +145,7 @@ class PostgresStore:
     async def put_action(
         self, namespace: str, name: str, doc: dict[str, Any], *, overwrite: bool
     ) -> dict[str, Any]:
-        import asyncpg
+        import asyncpg  # noqa: PLC0415 - optional asyncpg
 
         try:
             async with self.pool.acquire() as conn, conn.transaction():
@@ -257,7 +257,7 @@ class PostgresStore:
     async def recover_in_flight(
         self, router_id: str, end_ms: int, *, incarnation: str | None = None
     ) -> list[dict[str, Any]]:
-        import asyncpg
+        import asyncpg  # noqa: PLC0415 - optional asyncpg
 
         written: list[dict[str, Any]] = []
         try:

@@ -27,7 +27,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from gateway.flowcontrol.clock import AsyncioEventClock, EventClock, Timer
+from gateway.clock import AsyncioEventClock, EventClock, Timer
 from gateway.store.base import Store, StoreError, activation_key
 
 log = logging.getLogger(__name__)

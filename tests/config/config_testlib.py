@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from gateway.flowcontrol.configset import ConfigErrors, ConfigSet
-from gateway.flowcontrol.loader import load_text
+from gateway.apfconfig.configset import ConfigErrors, ConfigSet
+from gateway.apfconfig.loader import load_text
 
 V1 = "flowcontrol.apiserver.k8s.io/v1"
 V1BETA3 = "flowcontrol.apiserver.k8s.io/v1beta3"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.ensure import dangling
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.ensure import dangling
+from gateway.apfconfig.loader import load_paths
 from gateway.flowcontrol.objects import (
     AUTOUPDATE_ANNOTATION,
     DistinguisherMethod,
@@ -145,16 +145,16 @@ def test_defaults_have_no_dangling_reference() -> None:
 
 @pytest.mark.parametrize("file_name", [bootstrap.MANDATORY_FILE, bootstrap.SUGGESTED_FILE])
 def test_package_data_and_config_folder_are_identical(file_name: str) -> None:
-    shipped = resources.files("gateway.flowcontrol.bootstrap").joinpath(file_name).read_bytes()
+    shipped = resources.files("gateway.apfconfig.bootstrap").joinpath(file_name).read_bytes()
     assert (REPO / "config" / "flowcontrol" / file_name).read_bytes() == shipped
 
 
 def test_package_data_is_declared_for_non_editable_installs() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert (
-        "flowcontrol/bootstrap/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["gateway"]
+        "apfconfig/bootstrap/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["gateway"]
     )
-    assert (REPO / "gateway" / "flowcontrol" / "bootstrap" / "__init__.py").is_file()
+    assert (REPO / "gateway" / "apfconfig" / "bootstrap" / "__init__.py").is_file()
 
 
 def test_config_folder_validates_like_a_user_file() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from config_testlib import dump, fs_doc, pl_doc, queuing
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.loader import load_text
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.loader import load_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

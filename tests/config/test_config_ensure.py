@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from config_testlib import dump, pl_doc
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigSet
-from gateway.flowcontrol.ensure import dangling, ensure, parse_bool, with_status
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigSet
+from gateway.apfconfig.ensure import dangling, ensure, parse_bool, with_status
+from gateway.apfconfig.loader import load_paths
 from gateway.flowcontrol.objects import (
     AUTOUPDATE_ANNOTATION,
     ExemptPriorityLevelConfiguration,

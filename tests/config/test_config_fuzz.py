@@ -18,8 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.flowcontrol.configset import ConfigErrors, ConfigLimits, ConfigSet
-from gateway.flowcontrol.loader import load_text
+from gateway.apfconfig.configset import ConfigErrors, ConfigLimits, ConfigSet
+from gateway.apfconfig.loader import load_text
 from gateway.settings.guard import unstated_changes
 from gateway.settings.load import SettingsError, settings_from_document, yaml_key
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings

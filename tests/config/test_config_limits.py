@@ -11,8 +11,8 @@ import pytest
 import yaml
 from config_testlib import dump, fs_doc, pl_doc
 
-from gateway.flowcontrol.configset import ConfigErrors, ConfigLimits
-from gateway.flowcontrol.loader import load_paths, load_text
+from gateway.apfconfig.configset import ConfigErrors, ConfigLimits
+from gateway.apfconfig.loader import load_paths, load_text
 
 FS_HEAD = "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: x}\n"
 

@@ -13,10 +13,10 @@ from config_testlib import V1BETA3, dump, fs_doc, load, pl_doc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigErrors
-from gateway.flowcontrol.ensure import with_status
-from gateway.flowcontrol.loader import load_documents, load_paths, load_text
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigErrors
+from gateway.apfconfig.ensure import with_status
+from gateway.apfconfig.loader import load_documents, load_paths, load_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

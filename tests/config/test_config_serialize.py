@@ -5,9 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigSet
-from gateway.flowcontrol.loader import load_text
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigSet
+from gateway.apfconfig.loader import load_text
+from gateway.apfconfig.serialize import dump_yaml, to_dict
+from gateway.apfconfig.validation import SUPPORTED_VERBS, required_entropy_bits
 from gateway.flowcontrol.objects import (
     DistinguisherMethod,
     ExemptPriorityLevelConfiguration,
@@ -28,8 +30,6 @@ from gateway.flowcontrol.objects import (
     Subject,
     SubjectKind,
 )
-from gateway.flowcontrol.serialize import dump_yaml, to_dict
-from gateway.flowcontrol.validation import SUPPORTED_VERBS, required_entropy_bits
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12)
 _ALNUM = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=5)

@@ -14,13 +14,14 @@ from config_testlib import (
     V1BETA3,
     errors_of,
     fs_doc,
+    load,
     pl_doc,
     queuing,
     rule,
 )
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.serialize import fs_spec_to_dict
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.serialize import fs_spec_to_dict
 
 SUBDOMAIN = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -727,8 +728,6 @@ def test_priority_level_validation(doc: dict[str, Any], expected: list[str]) -> 
 
 
 def test_v1beta3_preserve_zero_annotation_keeps_zero_and_is_dropped() -> None:
-    from config_testlib import load
-
     doc = pl_doc(
         "jail",
         api=V1BETA3,
@@ -744,8 +743,6 @@ def test_v1beta3_preserve_zero_annotation_keeps_zero_and_is_dropped() -> None:
 
 
 def test_v1beta3_zero_shares_without_annotation_means_default() -> None:
-    from config_testlib import load
-
     doc = pl_doc(
         "x",
         api=V1BETA3,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, RequestInfo, UserInfo
@@ -53,6 +54,7 @@ class Harness:
             clock=self.clock,
             server_concurrency_limit=server_limit,
             config=SimpleObjectSet(tuple(schemas), tuple(levels)),
+            mandatory=bootstrap.mandatory(),
         )
         self.adjuster = BorrowingAdjuster(self.controller, self.clock, keep_history=True)
         self.adjuster.start()

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
 from gateway.flowcontrol.digest import WorkEstimate
@@ -34,7 +35,9 @@ def make() -> tuple[FlowController, FakeEventClock, Classification, Classificati
         (queuing_level("q", 5, queues=4, hand_size=1, queue_length_limit=1), reject_level("r", 5)),
     )
     # 15 shares with catch-all: each level gets ceil(3 * 5 / 15) = 1 seat.
-    c = FlowController(clock=clock, server_concurrency_limit=3, config=config)
+    c = FlowController(
+        clock=clock, server_concurrency_limit=3, config=config, mandatory=bootstrap.mandatory()
+    )
     q, r = c.classify(resource_request("alice")), c.classify(resource_request("bob"))
     assert q.level.qs.concurrency_limit == 1 and r.level.qs.concurrency_limit == 1
     return c, clock, q, r

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.classify import (
     flow_schema_matches,
     non_resource_url_matches,
@@ -254,7 +254,7 @@ def _controller(*schemas: object, levels: tuple[object, ...] = ()) -> FlowContro
         tuple(schemas),  # type: ignore[arg-type]
         tuple(levels) or (queuing_level("pl"), queuing_level("other")),  # type: ignore[arg-type]
     )
-    return FlowController(clock=FakeEventClock(), config=config)
+    return FlowController(clock=FakeEventClock(), config=config, mandatory=bootstrap.mandatory())
 
 
 def test_precedence_then_name() -> None:
@@ -307,7 +307,9 @@ def test_cache_does_not_leak_between_users() -> None:
 # ---------------------------------------------------------------- bootstrap defaults
 @pytest.fixture(scope="module")
 def defaults() -> FlowController:
-    return FlowController(clock=FakeEventClock(), config=bootstrap.defaults())
+    return FlowController(
+        clock=FakeEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+    )
 
 
 SA_GROUPS = ("system:serviceaccounts", "system:authenticated")

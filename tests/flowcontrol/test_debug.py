@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.debug import (
     dump_priority_levels,
@@ -69,7 +70,9 @@ def make() -> tuple[FlowController, FakeEventClock]:
         (exempt_level("exempt"), queuing_level("q", 5, queues=4, hand_size=1)),
     )
     # shares: q 5 + catch-all 5 -> q gets ceil(2 * 5 / 10) = 1 seat
-    return FlowController(clock=clock, server_concurrency_limit=2, config=config), clock
+    return FlowController(
+        clock=clock, server_concurrency_limit=2, config=config, mandatory=bootstrap.mandatory()
+    ), clock
 
 
 def test_dump_priority_levels() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.level import PriorityLevel
 from gateway.testing import FakeEventClock
@@ -25,7 +25,9 @@ DEFAULT_LIMITS = {
 
 @pytest.fixture(scope="module")
 def controller() -> FlowController:
-    return FlowController(clock=FakeEventClock(), config=bootstrap.defaults())
+    return FlowController(
+        clock=FakeEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+    )
 
 
 def test_server_limit_defaults_to_400_plus_200(controller: FlowController) -> None:
@@ -78,14 +80,24 @@ def test_two_level_borrowing_setup() -> None:
     config = SimpleObjectSet(
         (), (queuing_level("pl0", 100, queues=10, hand_size=2), queuing_level("pl1", 100))
     )
-    c = FlowController(clock=FakeEventClock(), server_concurrency_limit=24, config=config)
+    c = FlowController(
+        clock=FakeEventClock(),
+        server_concurrency_limit=24,
+        config=config,
+        mandatory=bootstrap.mandatory(),
+    )
     assert c.levels["pl0"].nominal_cl == c.levels["pl1"].nominal_cl == 12
     assert c.levels["catch-all"].nominal_cl == 1
 
 
 def test_server_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
-        FlowController(clock=FakeEventClock(), server_concurrency_limit=0)
+        FlowController(
+            clock=FakeEventClock(),
+            server_concurrency_limit=0,
+            config=bootstrap.defaults(),
+            mandatory=bootstrap.mandatory(),
+        )
 
 
 @pytest.mark.parametrize(

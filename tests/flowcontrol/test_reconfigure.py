@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
 from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
 from gateway.flowcontrol.debug import dump_priority_levels
@@ -42,6 +43,7 @@ def controller() -> tuple[FlowController, FakeEventClock]:
             queuing_level("q", 10, queues=4, hand_size=1, queue_length_limit=10),
             queuing_level("other", 10),
         ),
+        mandatory=bootstrap.mandatory(),
     )
     return c, clock
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.controller import FlowController, SimpleObjectSet
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.queueset import REJECTED
@@ -53,7 +54,9 @@ def test_levels_are_independent() -> None:
         ),
         (reject_level("a"), reject_level("b")),
     )
-    c = FlowController(clock=clock, server_concurrency_limit=10, config=config)
+    c = FlowController(
+        clock=clock, server_concurrency_limit=10, config=config, mandatory=bootstrap.mandatory()
+    )
     alice = c.classify(resource_request("alice"))
     bob = c.classify(resource_request("bob"))
     assert alice.level.qs.concurrency_limit > 0

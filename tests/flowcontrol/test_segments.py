@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.kinds import RequestKindTracker
 from gateway.flowcontrol.level import PriorityLevel

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.flowcontrol.clock import EventClock
+from gateway.clock import EventClock
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.server import Gateway, uvicorn_config
 from gateway.settings.sources import LoadedConfig, load_config

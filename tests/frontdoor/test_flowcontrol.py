@@ -12,7 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.apfconfig import bootstrap
+from gateway.asgi.flowcontrol import FlowControlMiddleware
+from gateway.asgi.requestinfo import RequestInfoParser
+from gateway.flowcontrol.controller import FlowController
+from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
 from gateway.server import Gateway
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
@@ -51,8 +57,6 @@ def level_state(gw: ServerThread, name: str) -> dict[str, int]:
 
 
 def metric(gw: ServerThread, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
     text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -255,8 +259,6 @@ WAIT_BUCKETS = ["0.0", "0.005", "0.02", "0.05", "0.1", "0.2", "0.5", "1.0", "2.0
 def test_every_kubernetes_metric_is_exported_with_its_labels(
     gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
 ) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
     assert httpx.get(gw.url + "/queue/echo").status_code == 200
     assert httpx.get(gw.url + "/reject/echo").status_code == 200
     text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
@@ -289,15 +291,15 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
     ],
 )
 def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit: float) -> None:
-    from gateway.asgi.flowcontrol import FlowControlMiddleware
-    from gateway.asgi.requestinfo import RequestInfoParser
-    from gateway.flowcontrol.controller import FlowController
-    from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
-
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("not called")
 
-    mw = FlowControlMiddleware(app, controller=FlowController(clock=FakeEventClock()))
+    mw = FlowControlMiddleware(
+        app,
+        controller=FlowController(
+            clock=FakeEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+        ),
+    )
     info, _ = RequestInfoParser().parse("GET", path, query)
     assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
 

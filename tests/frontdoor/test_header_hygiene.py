@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from gateway.cli.main import build_parser
+from gateway.cli.serve import overrides_from_args
+from gateway.settings.sources import ConfigLoadError, load_config
 from tests.frontdoor.conftest import ServerThread, gateways, start_gateway
 from tests.frontdoor.recording_upstream import RecordingUpstream, get, recorder
 
@@ -112,8 +115,6 @@ def test_impersonation_stripped_or_forwarded_by_setting(
 
 
 def test_impersonation_setting_is_validated() -> None:
-    from gateway.settings.sources import ConfigLoadError, load_config
-
     with pytest.raises(ConfigLoadError, match=r"proxy\.impersonation: must be one of"):
         load_config([], {"upstreams": [{"url": "http://127.0.0.1:1"}],
                          "proxy": {"impersonation": "allow"}})  # fmt: skip
@@ -140,10 +141,6 @@ def test_metrics_open_by_default_and_restricted_by_group(
 
 
 def test_new_settings_have_flags() -> None:
-    from gateway.cli.main import build_parser
-    from gateway.cli.serve import overrides_from_args
-    from gateway.settings.sources import load_config
-
     args = build_parser().parse_args([
         "serve", "--upstream", "http://127.0.0.1:1", "--impersonation", "strip",
         "--metrics-allowed-groups", "system:monitoring, ops",

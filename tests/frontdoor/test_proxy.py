@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.http.status import status_body
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
@@ -148,8 +149,6 @@ class _Fixed:
 
 
 def test_status_body_helper_is_valid_json() -> None:
-    from gateway.http.status import status_body
-
     doc = json.loads(status_body(429, "slow down"))
     assert doc == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

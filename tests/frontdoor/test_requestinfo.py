@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -231,8 +232,6 @@ def test_watch_classification_through_a_real_gateway(
 
 
 def _status_and_header(port: int, target: str) -> tuple[int, str]:
-    import socket
-
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(f"GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
         data = b""

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.cli.main import build_parser
 from gateway.cli.serve import overrides_from_args
+from gateway.settings.guard import unstated_changes
 from gateway.settings.sources import ConfigLoadError, load_config
 
 HEADER = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
@@ -116,8 +117,6 @@ def test_the_flags_set_the_size_limits_of_the_files(tmp_path: Path) -> None:
 
 
 def test_reload_guard_names_each_security_setting_changed_by_omission(tmp_path: Path) -> None:
-    from gateway.settings.guard import unstated_changes
-
     f = tmp_path / "gw.yaml"
     f.write_text(HEADER + "authentication: {anonymous: false}\ndebugAllowedGroups: [ops]\n"
                  "maxRequestsInflight: 7\n")  # fmt: skip

@@ -9,12 +9,16 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+from websockets.sync.client import connect
 
+from gateway.apfconfig import bootstrap
 from gateway.asgi.describe import DIGEST_KEY
 from gateway.asgi.flowcontrol import FlowControlMiddleware
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
+from gateway.settings.sources import load_config
 from tests.frontdoor.conftest import ServerThread
 
 CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
@@ -30,7 +34,9 @@ def make_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
     app = Starlette(routes=[Route("/api/v1/namespaces/{ns}/pods", whoami)])
     return FlowControlMiddleware(
         app,
-        controller=lambda: FlowController(clock=AsyncioEventClock()),
+        controller=lambda: FlowController(
+            clock=AsyncioEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+        ),
     )
 
 
@@ -51,11 +57,6 @@ def test_wraps_a_starlette_app() -> None:
 
 
 def make_ws_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
-    from starlette.routing import WebSocketRoute
-    from starlette.websockets import WebSocket
-
-    from gateway.settings.sources import load_config
-
     async def echo(ws: WebSocket) -> None:
         await ws.accept()
         async for text in ws.iter_text():
@@ -66,7 +67,10 @@ def make_ws_app(loop: asyncio.AbstractEventLoop) -> FlowControlMiddleware:
     return FlowControlMiddleware(
         app,
         controller=lambda: FlowController(
-            clock=AsyncioEventClock(), server_concurrency_limit=3, config=flow
+            clock=AsyncioEventClock(),
+            server_concurrency_limit=3,
+            config=flow,
+            mandatory=bootstrap.mandatory(),
         ),
     )
 
@@ -76,8 +80,6 @@ async def whoami_plain(request: Request) -> JSONResponse:
 
 
 def test_websocket_holds_its_seat_only_for_the_handshake() -> None:
-    from websockets.sync.client import connect
-
     server = ServerThread(make_ws_app).start()
     try:
         # tiny-queue has one seat; an open websocket must not keep it.

@@ -13,10 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.asgi.workestimate import GatewayEstimator
 from gateway.flowcontrol import debug
+from gateway.flowcontrol.digest import RequestInfo
 from gateway.http.types import Receive, Scope, Send
 from gateway.server import Gateway
+from gateway.settings.model import WorkEstimationSettings
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
 
@@ -95,8 +99,6 @@ def seats(gw: ServerThread, level: str = "global-default") -> int:
 
 
 def metric(gw: ServerThread, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
     text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -251,10 +253,6 @@ def test_serve_runs_the_borrowing_adjuster(
 
 
 def test_the_learning_check_uses_the_clock_reading_it_is_given() -> None:
-    from gateway.asgi.workestimate import GatewayEstimator
-    from gateway.flowcontrol.digest import RequestInfo
-    from gateway.settings.model import WorkEstimationSettings
-
     estimator = GatewayEstimator(WorkEstimationSettings(), now=lambda: 100.0)
     info = RequestInfo(True, "/api/v1/pods", "list", resource="pods")
     assert estimator.should_learn(info, 5.0)

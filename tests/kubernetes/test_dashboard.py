@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from gateway.manager.metrics import ManagerMetrics
+from gateway.router.metrics import RouterMetrics
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
@@ -21,9 +23,6 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and
 
 
 def exported_names() -> set[str]:
-    from gateway.manager.metrics import ManagerMetrics
-    from gateway.router.metrics import RouterMetrics
-
     loaded = load_config([], {"upstreams": [{"url": "http://127.0.0.1:1"}]})
     registries = [Gateway(loaded, clock=FakeEventClock()).registry]
     registries += [RouterMetrics().registry, ManagerMetrics().registry]

@@ -9,9 +9,11 @@ from conftest import NS, BackendFactory
 from k8s_fakeapi import FakeCluster
 from test_k8s_backend import action_spec, until
 
+from gateway.manager.backends.k8s.eviction import SAFE_LABEL
 from gateway.manager.core import ActionSpec, CState, ManagerSettings
 from gateway.manager.service import ManagerService, ServiceSettings
 from gateway.platform.actions import EvictionSafe
+from gateway.testing import FakeEventClock
 
 
 def settings(remove_on_exit: bool) -> ServiceSettings:
@@ -70,8 +72,6 @@ async def test_upgrade_drain_uses_the_eviction_api_and_retries_what_the_pdb_refu
 ) -> None:
     """An OnUpgrade action whose pod template keeps the PDB's label: the drain's eviction is
     refused (429), the pod is kept (no DELETE) and evicted on a retry once the budget allows."""
-    from gateway.manager.backends.k8s.eviction import SAFE_LABEL
-    from gateway.testing import FakeEventClock
 
     clock = FakeEventClock()
     service = ManagerService(

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.cli.main import main
 from gateway.manager.backends.k8s.eviction import CA_ANNOTATION, SAFE_LABEL, apply_eviction
 from gateway.manager.backends.k8s.options import K8sOptions
 from gateway.manager.backends.k8s.podspec import label_value
@@ -114,8 +115,6 @@ def test_backend_options_from_flags_win_and_are_parsed(tmp_path: Path) -> None:
 
 
 def test_manager_serve_takes_backend_options_as_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    from gateway.cli.main import main
-
     argv = ["manager", "serve", "--backend", "kubernetes", "--backend-option"]
     assert main([*argv, "runtime-port=http"]) == 2
     assert "--backend-option runtime_port='http'" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from conftest import NS, BackendFactory
 from k8s_fakeapi import FakeCluster
+from test_k8s_backend import action_spec
 
 from gateway.manager.backends.k8s.api import KubeApi
 from gateway.manager.backends.k8s.calls import rbac_triples
@@ -19,6 +20,7 @@ from gateway.manager.leader import (
     election_step,
     release,
 )
+from gateway.platform.actions import EvictionSafe
 from gateway.testing import FakeEventClock
 
 CONFIG = ElectionConfig(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)
@@ -194,10 +196,6 @@ async def test_lease_rest_calls(cluster: FakeCluster, api_url: str) -> None:
 async def test_the_role_grants_exactly_what_the_code_calls(
     cluster: FakeCluster, api_url: str, make_backend: BackendFactory
 ) -> None:
-    from test_k8s_backend import action_spec
-
-    from gateway.platform.actions import EvictionSafe
-
     backend = await make_backend()
     handle = await backend.create(action_spec("c-000000000100", EvictionSafe.ALWAYS))
     handle = await backend.relabel(handle, dict(handle.labels))

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.cli.main import main
 from gateway.settings.sources import load_config
 from loadtests import fairness, promtext, scenario
 from loadtests.balancer import Balancer
+from loadtests.runner import generator_verdict
 
 
 def test_jain_matches_the_atm_forum_example() -> None:
@@ -146,8 +148,6 @@ async def test_balancer_switches_new_connections() -> None:
 
 
 def test_cli_lists_scenarios_and_refuses_unknown_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    from gateway.cli.main import main
-
     assert main(["loadtest", "--list"]) == 0
     listed = capsys.readouterr().out
     for name in ("equal-tenants", "mice-elephants", "rolling-restart", "openwhisk"):
@@ -157,8 +157,6 @@ def test_cli_lists_scenarios_and_refuses_unknown_ones(capsys: pytest.CaptureFixt
 
 
 def test_generator_bottleneck_verdict() -> None:
-    from loadtests.runner import generator_verdict
-
     warning = "vm/WARNING/root: CPU usage above 90%! This may constrain your throughput"
     assert generator_verdict(warning, 30.0) == (True, True)
     workers = "CPU usage threshold was exceeded on workers during the test!"

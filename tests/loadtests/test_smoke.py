@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from loadtests import scenario
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -141,7 +143,6 @@ def test_locustfiles_define_a_class_per_tenant(
 ) -> None:
     """Every tenant kind (the OpenWhisk one too, which the smoke runs do not reach) becomes a
     User class; ``locust --list`` imports the locustfile in its own process."""
-    from loadtests import scenario
 
     tenants = scenario.expand_tenants(
         [

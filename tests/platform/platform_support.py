@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.platform import internal_token
 
@@ -197,7 +198,6 @@ def wait_until(predicate: Any, timeout: float = 10, what: str = "condition") -> 
 
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
     """``GET base/metrics`` as ``{'name{label="v",...}': value}`` (labels sorted)."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     resp = await client.get(base + "/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")

@@ -13,6 +13,7 @@ import pytest
 from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
 from test_platform_up import alive
 
+from gateway.cli.main import main
 from gateway.manager.core import ActionSpec, CState, ManagerCore, ManagerSettings
 from gateway.testing import FakeEventClock
 
@@ -81,8 +82,6 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
 async def test_manager_drain_wait_returns_once_the_busy_container_is_gone(
     platform: Platform, client: httpx.AsyncClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gateway.cli.main import main
-
     platform.start_manager()
     r = platform.start_router("r1")
     assert platform.manager is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -64,7 +66,6 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     tmp_path: Path,
 ) -> None:
     """Locally nothing refuses an eviction: SIGTERM, the runtime finishes its run, exits."""
-    import asyncio
 
     backend = LocalProcessBackend(tmp_path)
     handle = await backend.create(ContainerSpec("c-evict", "python:3", 128, 1))
@@ -83,8 +84,6 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
 async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> None:
     """A manager stopping while a stem cell is being backfilled cancels the create: the
     runtime process it started must not outlive it unrecorded."""
-    import asyncio
-    import os
 
     backend = LocalProcessBackend(tmp_path)
     create = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3")))

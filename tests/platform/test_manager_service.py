@@ -19,6 +19,8 @@ from gateway.manager.backends.base import (
 from gateway.manager.core import ActionSpec, ManagerSettings
 from gateway.manager.service import AcquireRejected, ManagerService, ServiceSettings
 from gateway.platform.actions import EvictionSafe
+from gateway.store import open_store
+from gateway.testing import FakeEventClock
 
 
 class MemoryBackend:
@@ -79,7 +81,6 @@ def settings(**kw: Any) -> ServiceSettings:
 async def test_restart_recovers_and_drain_waits_out_quarantined_never_containers() -> None:
     """A quarantined Never container may still be busy: the drain answers at once that it
     waits for it, and it is removed (never handed out again) when the quarantine ends."""
-    from gateway.testing import FakeEventClock
 
     backend, clock = MemoryBackend(), FakeEventClock()
     recovered(backend, "c-never", EvictionSafe.NEVER)
@@ -141,8 +142,6 @@ class BudgetBackend(MemoryBackend):
 
 
 async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried() -> None:
-    from gateway.testing import FakeEventClock
-
     backend, clock = BudgetBackend(), FakeEventClock()
     service = ManagerService(
         backend,
@@ -183,8 +182,6 @@ async def test_upgrade_drain_evicts_and_a_refused_eviction_is_kept_then_retried(
 async def test_a_router_whose_lease_expires_has_its_activations_recorded(tmp_path: Path) -> None:
     """Routers with unique ids never come back under the same id: the manager, which notices
     the lost lease, records what the router had marked in flight."""
-    from gateway.store import open_store
-    from gateway.testing import FakeEventClock
 
     url = f"sqlite:///{tmp_path / 'platform.db'}"
     store = open_store(url)

@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
+from gateway.manager.model import ActionSpec
 from gateway.platform.actions import ActionInfo, EvictionSafe, validate_put
 from gateway.platform.errors import ApiError
 from gateway.platform.ids import is_activation_id, new_activation_id
+from gateway.router.invoker import spec_of
 
 CODE = {"kind": "python:3.11", "code": "def main(a): return a"}
 
@@ -69,8 +71,6 @@ def test_activation_ids() -> None:
 def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
     """exec.image, the grace period and the pod template reach the manager's ActionSpec (and
     survive its JSON, the container label a restarted manager reads)."""
-    from gateway.manager.model import ActionSpec
-    from gateway.router.invoker import spec_of
 
     template = {
         "metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},

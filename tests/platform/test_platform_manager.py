@@ -18,6 +18,8 @@ from platform_support import (
     scrape,
 )
 
+from gateway.cli.main import main
+
 
 def proc_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -79,7 +81,6 @@ async def test_drain_per_eviction_policy(
     }
     await asyncio.sleep(0.3)
     assert platform.manager is not None
-    from gateway.cli.main import main
 
     argv = ["manager", "drain", "--manager", platform.manager.url]
     argv += ["--internal-token-file", str(platform.token_file)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 from platform_support import alive
 
+from gateway.cli.main import build_parser
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.router.api import MARK_DELAY
 from gateway.store import open_store
@@ -473,10 +475,6 @@ def test_port_0_serves_on_the_printed_port(tmp_path: Path) -> None:
 
 
 def test_commands_describe_every_flag_with_its_default() -> None:
-    import argparse
-
-    from gateway.cli.main import build_parser
-
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     commands = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.cli.main import main
 from gateway.platform.errors import ApiError
 from gateway.router.identity import Identity, is_trusted, parse_networks
 
@@ -26,7 +27,6 @@ def test_own_namespace_only() -> None:
 
 def test_the_router_no_longer_checks_keys_itself(capsys: pytest.CaptureFixture[str]) -> None:
     """The front door authenticates OpenWhisk keys; the router's stop-gap flag is gone."""
-    from gateway.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(["router", "--openwhisk-keys-file", "keys"])

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.flowcontrol.configset import ConfigSet
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig.configset import ConfigSet
+from gateway.apfconfig.loader import load_paths
 from tests.simulate.helpers import TENANTS
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigSet
-from gateway.flowcontrol.loader import load_paths
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigSet
+from gateway.apfconfig.loader import load_paths
 from gateway.simulate import SimulationError, parse_traffic, simulate, to_json
 from tests.simulate.helpers import STRICT
 

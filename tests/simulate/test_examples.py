@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.flowcontrol import bootstrap
+from gateway.apfconfig import bootstrap
 from gateway.simulate import load_traffic, simulate, to_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples" / "traffic"

@@ -13,7 +13,7 @@ PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 async def postgres_unavailable() -> str | None:
     try:
-        import asyncpg
+        import asyncpg  # noqa: PLC0415 - optional asyncpg
     except ImportError:
         return "asyncpg is not installed (extra 'postgres')"
     try:
@@ -25,7 +25,7 @@ async def postgres_unavailable() -> str | None:
 
 
 async def drop_schema(schema: str) -> None:
-    import asyncpg
+    import asyncpg  # noqa: PLC0415 - optional asyncpg
 
     conn = await asyncpg.connect(PG_DSN)
     try:

@@ -44,6 +44,7 @@ action). Backends never decide policy: eviction, quotas and ownership are the ma
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
 
@@ -52,7 +53,6 @@ from gateway.platform.actions import EvictionSafe
 
 def new_secret() -> str:
     """A container's secret (see the module docstring)."""
-    import secrets
 
     return secrets.token_urlsafe(32)
 

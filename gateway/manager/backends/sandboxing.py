@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import stat
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gateway.runtime.sandbox import probe
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 ENV_PREFIX = "APF_LOCAL_"
@@ -132,8 +136,6 @@ class Sandbox:
         chosen = python or options.python or _interpreter(switching)
         namespaces = False
         if options.namespaces != "off":
-            from gateway.runtime.sandbox import probe
-
             answer = probe(options.network == "none")
             namespaces = answer == "ok"
             if not namespaces:
@@ -210,8 +212,6 @@ class Sandbox:
 
 
 def _user(user: str) -> tuple[int, int]:
-    import pwd
-
     try:
         entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
     except KeyError:
@@ -226,7 +226,6 @@ def _user(user: str) -> tuple[int, int]:
 def _interpreter(switching: bool) -> str:
     """This interpreter, unless the actions' uid could not read its standard library; then a
     system Python 3.11+ whose library it can read."""
-    import sysconfig
 
     if not switching or blocked(sysconfig.get_path("stdlib"), directory=True) is None:
         return sys.executable

@@ -34,9 +34,10 @@ from collections.abc import Sequence
 import aiohttp
 from aiohttp import web
 
-from gateway.flowcontrol.clock import AsyncioEventClock
+from gateway.clock import AsyncioEventClock
 from gateway.manager.backends.k8s.api import KubeApi
 from gateway.manager.backends.k8s.lease import KubeLeaseStore
+from gateway.manager.backends.k8s.options import SERVICE_ACCOUNT_NAMESPACE
 from gateway.manager.leader import ElectionConfig, LeaderElection, election_step, release
 from gateway.platform.serving import parse_listen
 
@@ -173,8 +174,6 @@ class Supervisor:
 
 
 def _service_account_namespace() -> str:
-    from gateway.manager.backends.k8s.options import SERVICE_ACCOUNT_NAMESPACE
-
     if SERVICE_ACCOUNT_NAMESPACE.exists():
         return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     return "default"

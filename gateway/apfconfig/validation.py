@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gateway.flowcontrol.fielderrors import (
+from gateway.apfconfig.fielderrors import (
     DUPLICATE,
     FieldError,
     dns1123_label,

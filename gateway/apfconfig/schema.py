@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.flowcontrol.fielderrors import INVALID, UNKNOWN_FIELD, FieldError
+from gateway.apfconfig.fielderrors import INVALID, UNKNOWN_FIELD, FieldError
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,17 +10,19 @@ steps: strict decoding, defaulting, validation; nothing is built unless all of i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gateway.flowcontrol import schema
-from gateway.flowcontrol.configset import (
+from gateway.apfconfig import schema
+from gateway.apfconfig.configset import (
     MAX_DEPTH,
     VALUE_COST,
     ConfigError,
@@ -28,15 +30,20 @@ from gateway.flowcontrol.configset import (
     ConfigLimits,
     ConfigSet,
 )
-from gateway.flowcontrol.defaulting import (
+from gateway.apfconfig.defaulting import (
     SUPPORTED_API_VERSIONS,
     default_flow_schema,
     default_priority_level,
 )
-from gateway.flowcontrol.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
+from gateway.apfconfig.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
+from gateway.apfconfig.serialize import (
+    flow_schema_from_dict,
+    fs_spec_from_dict,
+    pl_spec_from_dict,
+    priority_level_from_dict,
+)
+from gateway.apfconfig.validation import validate_flow_schema, validate_priority_level
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
-from gateway.flowcontrol.serialize import flow_schema_from_dict, priority_level_from_dict
-from gateway.flowcontrol.validation import validate_flow_schema, validate_priority_level
 
 GROUP = "flowcontrol.apiserver.k8s.io"
 FS_KIND = "FlowSchema"
@@ -493,10 +500,58 @@ def _sorted(
 
 
 def _fixed_check(fs_kind: bool) -> Callable[[str, Mapping[str, Any]], bool]:
-    from gateway.flowcontrol import bootstrap
-
-    return bootstrap.flow_schema_spec_differs if fs_kind else bootstrap.priority_level_spec_differs
+    return flow_schema_spec_differs if fs_kind else priority_level_spec_differs
 
 
 def _never(name: str, spec: Mapping[str, Any]) -> bool:
     return False
+
+
+# ------------------------------------------------------------------ the shipped objects
+# Built here rather than in ``bootstrap`` (the public face over them): the mandatory objects'
+# specs are what ``build_config`` checks user objects against, so loading them belongs to the
+# loader, and ``bootstrap`` imports the loader, never the reverse.
+MANDATORY_FILE = "mandatory.yaml"
+SUGGESTED_FILE = "suggested.yaml"
+
+
+def shipped_text(file_name: str) -> str:
+    """A YAML file of ``gateway/apfconfig/bootstrap/`` (package data)."""
+    folder = resources.files("gateway.apfconfig").joinpath("bootstrap")
+    return folder.joinpath(file_name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def shipped(file_name: str, fixed_specs: bool) -> ConfigSet:
+    docs, errors = parse_text(shipped_text(file_name), file_name)
+    return build_config(docs, errors, fixed_specs=fixed_specs)
+
+
+def shipped_mandatory() -> ConfigSet:
+    # The mandatory objects define the fixed specs, so they are not checked against themselves.
+    return shipped(MANDATORY_FILE, False)
+
+
+def flow_schema_spec_differs(name: str, spec: Mapping[str, Any]) -> bool:
+    """Whether a defaulted wire-form spec differs from mandatory FlowSchema ``name``'s fixed spec
+    (semantic equality: an empty list equals an absent one)."""
+    want = shipped_mandatory().flow_schema(name)
+    try:
+        return want is None or fs_spec_from_dict(spec) != want.spec
+    except (KeyError, ValueError, TypeError):  # not even representable: certainly different
+        return True
+
+
+def priority_level_spec_differs(name: str, spec: Mapping[str, Any]) -> bool:
+    """Like ``flow_schema_spec_differs``; for ``exempt`` the ``spec.exempt`` field is ignored,
+    since an admin may change it."""
+    want = shipped_mandatory().priority_level(name)
+    try:
+        have = pl_spec_from_dict(spec)
+    except (KeyError, ValueError, TypeError):
+        return True
+    if want is None:
+        return True
+    if name == "exempt":
+        have = replace(have, exempt=want.spec.exempt)
+    return have != want.spec

@@ -2,7 +2,7 @@
 
 ``to_dict``/``dump_yaml`` write ``flowcontrol.apiserver.k8s.io/v1`` in the defaulted form, so
 output loads back to equal objects. ``from_dict`` builds objects from a dict that already went
-through strict decoding, defaulting and validation (``gateway.flowcontrol.loader`` does that);
+through strict decoding, defaulting and validation (``gateway.apfconfig.loader`` does that);
 given anything else it raises ``ValueError``/``KeyError``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gateway.flowcontrol.configset import ConfigSet
+from gateway.apfconfig.configset import ConfigSet
 from gateway.flowcontrol.objects import (
     DistinguisherMethod,
     ExemptPriorityLevelConfiguration,

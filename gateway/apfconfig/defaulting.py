@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gateway.apfconfig.validation import PRESERVE_ZERO_ANNOTATION
 from gateway.flowcontrol.objects import (
     DEFAULT_HAND_SIZE,
     DEFAULT_MATCHING_PRECEDENCE,
@@ -19,7 +20,6 @@ from gateway.flowcontrol.objects import (
     DEFAULT_QUEUE_LENGTH_LIMIT,
     DEFAULT_QUEUES,
 )
-from gateway.flowcontrol.validation import PRESERVE_ZERO_ANNOTATION
 
 V1 = "flowcontrol.apiserver.k8s.io/v1"
 V1BETA3 = "flowcontrol.apiserver.k8s.io/v1beta3"

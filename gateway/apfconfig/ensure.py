@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from gateway.flowcontrol import bootstrap
-from gateway.flowcontrol.configset import ConfigSet
+from gateway.apfconfig import bootstrap
+from gateway.apfconfig.configset import ConfigSet
 from gateway.flowcontrol.objects import (
     AUTOUPDATE_ANNOTATION,
     FlowSchema,
