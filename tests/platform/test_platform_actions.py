@@ -70,7 +70,6 @@ def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
     """exec.image, the grace period and the pod template reach the manager's ActionSpec (and
     survive its JSON, the container label a restarted manager reads)."""
     from gateway.manager.model import ActionSpec
-    from gateway.router.invoker import spec_of
 
     template = {
         "metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},
@@ -84,15 +83,16 @@ def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
     doc = validate_put("guest", "a", body)
     # Agones: a template saying safe-to-evict "true" makes the policy Always
     assert doc["eviction"] == {"safe": "Always", "terminationGracePeriodSeconds": 120}
-    spec = spec_of(ActionInfo.from_doc(doc))
+    spec = ActionInfo.from_doc(doc).spec()
     assert (spec.image, spec.grace_seconds, spec.pod_template) == (
         "openwhisk/action-python-v3.11:1.0",
         120,
         template,
     )
     assert spec.eviction is EvictionSafe.ALWAYS
+    assert type(spec) is ActionSpec  # no code or parameters in the manager's view
     again = ActionSpec.from_json(spec.to_json())
     assert again == spec and again.pod_template == template
-    plain = spec_of(ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})))
+    plain = ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})).spec()
     assert set(plain.to_json()) == {"namespace", "name", "version", "kind", "memory",
                                     "concurrency", "timeout", "instances", "eviction"}  # fmt: skip
