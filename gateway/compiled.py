@@ -16,6 +16,7 @@ COMPILED_MODULES = (
     "gateway/flowcontrol/stats.py",
     "gateway/flowcontrol/segments.py",
     "gateway/flowcontrol/shufflesharding.py",
+    "gateway/metrics/watermark.py",
     "gateway/flowcontrol/kinds.py",
     "gateway/flowcontrol/queueset.py",
     "gateway/flowcontrol/level.py",

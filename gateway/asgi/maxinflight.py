@@ -46,7 +46,9 @@ class MaxInFlightMiddleware:
             "readOnly": max_requests_inflight,
             "mutating": max_mutating_requests_inflight,
         }
-        self.inflight = {"readOnly": Watermark(now), "mutating": Watermark(now)}
+        self.now = now
+        second = int(now())
+        self.inflight = {"readOnly": Watermark(second), "mutating": Watermark(second)}
         self.status_body = status_body
         self.on_reject = on_reject
         self.error_format = error_format
@@ -78,8 +80,16 @@ class MaxInFlightMiddleware:
                 return
             await send_too_many_requests(send, 1, status_body=self.status_body)
             return
+        counter.roll(int(self.now()))
         counter.add(1)
         try:
             await self.app(scope, receive, send)
         finally:
+            counter.roll(int(self.now()))
             counter.add(-1)
+
+    def watermark(self, kind: str) -> int:
+        """The peak in-flight count of ``kind`` over the last completed second."""
+        mark = self.inflight[kind]
+        mark.roll(int(self.now()))
+        return mark.reported
