@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -201,15 +200,6 @@ def gateways() -> Iterator[list[ServerThread]]:
     yield started
     for s in started:
         s.stop()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll a condition (synchronisation with another thread, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def holding(upstream: ServerThread) -> list[str]:

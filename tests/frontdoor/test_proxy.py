@@ -16,7 +16,8 @@ import pytest
 
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
-from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.wait import wait_until
 
 APF_OFF = {"enablePriorityAndFairness": False}
 

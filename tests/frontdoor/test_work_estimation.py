@@ -18,7 +18,8 @@ from gateway.flowcontrol import debug
 from gateway.http.types import Receive, Scope, Send
 from gateway.server import Gateway
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, start_gateway
+from tests.support.wait import wait_until
 
 ADMIN = {"Authorization": "Bearer admin-token"}
 USER = {"Authorization": "Bearer user-token"}

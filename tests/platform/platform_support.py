@@ -10,7 +10,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -185,14 +184,6 @@ async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> l
     assert platform.manager is not None
     resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
     return list(resp.json()["containers"])
-
-
-def wait_until(predicate: Any, timeout: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
