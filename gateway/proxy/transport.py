@@ -31,7 +31,12 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class UpstreamError(Exception):
+    """What every transport raises for an upstream failure: its library's errors become one of
+    the subclasses inside the transport, and the proxy maps them to a status in one place
+    (``status``), so all transports answer the same failure the same way."""
+
     kind = "error"
+    status = 502
 
 
 class UpstreamConnectError(UpstreamError):
@@ -40,6 +45,7 @@ class UpstreamConnectError(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     kind = "timeout"
+    status = 504
 
 
 class UpstreamProtocolError(UpstreamError):
