@@ -24,8 +24,11 @@ from gateway.settings.sources import LoadedConfig, load_config
 
 
 class ServerThread:
-    def __init__(self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp]) -> None:
+    def __init__(
+        self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp], *, lifespan: str = "off"
+    ) -> None:
         self.make_app = make_app
+        self.lifespan = lifespan
         self.loop = asyncio.new_event_loop()
         self.app: Any = None
         self.server: uvicorn.Server | None = None
@@ -44,7 +47,7 @@ class ServerThread:
             else:
                 config = uvicorn.Config(
                     self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
-                    lifespan="off", log_level="warning", access_log=False,
+                    lifespan=self.lifespan, log_level="warning", access_log=False,
                 )  # fmt: skip
             self.server = uvicorn.Server(config)
             self.loop.run_until_complete(self._serve())
