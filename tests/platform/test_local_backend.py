@@ -60,6 +60,28 @@ async def test_runtime_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
     assert list((tmp_path / "containers").iterdir()) == []
 
 
+async def test_a_runtime_exiting_or_silent_at_start_is_explained_by_its_last_line(
+    tmp_path: Path,
+) -> None:
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 'starting' >&2\necho 'boom: no runtime here' >&2\nexit 3\n")
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\necho 'waiting for nothing' >&2\nexec sleep 60\n")
+    for script in (failing, silent):
+        script.chmod(0o755)
+    backend = LocalProcessBackend(tmp_path / "a", python=str(failing))
+    with pytest.raises(
+        BackendError, match=r"^the runtime exited at start \(exit code 3\): boom: no runtime here$"
+    ):
+        await backend.create(ContainerSpec("c-fails", "python:3"))
+    backend = LocalProcessBackend(tmp_path / "b", python=str(silent), start_timeout=0.3)
+    with pytest.raises(
+        BackendError, match=r"^the runtime did not start within 0.3 s: waiting for nothing$"
+    ):
+        await backend.create(ContainerSpec("c-silent", "python:3"))
+    assert list((tmp_path / "b" / "containers").iterdir()) == []  # killed, nothing left
+
+
 async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     tmp_path: Path,
 ) -> None:
