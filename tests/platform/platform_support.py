@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from gateway.platform import internal_token
+from tests.support.wait import async_wait_until
 
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
@@ -184,6 +185,27 @@ async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> l
     assert platform.manager is not None
     resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
     return list(resp.json()["containers"])
+
+
+async def router_state(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> dict[str, int]:
+    """The router's containers: ``{id: activations in flight}``."""
+    resp = await client.get(url + "/_platform/v1/state", headers=auth)
+    return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
+
+
+async def wait_running(
+    client: httpx.AsyncClient, url: str, auth: dict[str, str], count: int
+) -> dict[str, int]:
+    """Poll the router until ``count`` activations run in its containers (its state)."""
+    state: dict[str, int] = {}
+
+    async def running() -> bool:
+        nonlocal state
+        state = await router_state(client, url, auth)
+        return sum(state.values()) >= count
+
+    await async_wait_until(running, 20, f"{count} activations running at {url}")
+    return state
 
 
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
