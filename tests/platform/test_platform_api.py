@@ -15,8 +15,11 @@ from platform_support import (
     invoke,
     manager_containers,
     put_action,
+    router_state,
     scrape,
 )
+
+from tests.support.wait import async_wait_until
 
 HELLO = """
 def main(args):
@@ -163,7 +166,11 @@ async def test_failure_paths(platform: Platform, client: httpx.AsyncClient) -> N
         c for c in await manager_containers(client, platform) if c["action"]["name"] == "victim"
     ]
     task = asyncio.ensure_future(invoke(client, r, "victim", {"sleep": 3}))
-    await asyncio.sleep(0.5)
+
+    async def victim_runs() -> bool:
+        return (await router_state(client, r.url, platform.auth)).get(victim["id"]) == 1
+
+    await async_wait_until(victim_runs, 20, "the run in the victim container")
     os.killpg(victim["agent"]["pid"], signal.SIGKILL)
     resp = await task
     assert resp.status_code == 502

@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,8 +19,8 @@ import httpx
 from platform_support import alive
 
 from gateway.cli.up import DEFAULT_API_KEY
-from gateway.router.api import MARK_DELAY
 from gateway.store import open_store
+from tests.support.wait import async_wait_until
 
 
 def free_port() -> int:
@@ -259,6 +260,12 @@ def router_pid(router_id: str, family: set[int]) -> int:
     raise AssertionError(f"no process for {router_id}")
 
 
+def in_flight_marks(db: Path) -> int:
+    """Activations the routers marked in flight in up's store (read-only, beside them)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM in_flight").fetchone()[0])
+
+
 async def busy_routers(
     client: httpx.AsyncClient, urls: list[str], want: int, internal: dict[str, str]
 ) -> list[str]:
@@ -303,8 +310,11 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
     try:
         async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
             background, waiting, victims = await two_running(client, up, 60)
-            # a blocking activation is marked in flight once it has run MARK_DELAY
-            await asyncio.sleep(4 * MARK_DELAY)
+            # a blocking activation is marked in flight once it has run MARK_DELAY: wait
+            # until both marks are in the store, so the restarted routers have them to record
+            await async_wait_until(
+                lambda: in_flight_marks(tmp_path / "platform.db") >= 2, 20, "both marks stored"
+            )
             family = descendants(up.proc.pid)
             for victim in victims:
                 os.kill(router_pid(victim, family), signal.SIGKILL)
