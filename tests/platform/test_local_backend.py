@@ -10,6 +10,7 @@ from platform_support import post
 from gateway.manager.backends import load_backend
 from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
 from gateway.manager.backends.local import LocalProcessBackend
+from tests.support.wait import async_wait_until
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
@@ -90,12 +91,19 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
 
     backend = LocalProcessBackend(tmp_path)
     handle = await backend.create(ContainerSpec("c-evict", "python:3", 128, 1))
-    code = "import time\ndef main(a):\n    time.sleep(0.5)\n    return {'ok': 1}\n"
+    code = (
+        "import time\n"
+        "def main(a):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(0.5)\n"  # the run in flight the eviction must let finish
+        "    return {'ok': 1}\n"
+    )
     assert post(handle.url + "/init", {"value": {"code": code}}, handle.secret)[0] == 200
     run = asyncio.ensure_future(
         asyncio.to_thread(post, handle.url + "/run", {"value": {}}, handle.secret)
     )
-    await asyncio.sleep(0.2)
+    stdout = Path(backend.agent(handle)["logs"]["stdout"])
+    await async_wait_until(lambda: b"started" in stdout.read_bytes(), what="the run started")
     assert await backend.evict(handle, grace=5.0) is True
     assert (await backend.status(handle)) is Status.GONE
     assert await run == (200, {"ok": 1})

@@ -24,7 +24,7 @@ def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "c
 
 async def async_wait_until(
     cond: Callable[[], object | Awaitable[object]],
-    timeout: float = 10.0,  # noqa: ASYNC109 - the polling bound, as in wait_until
+    timeout: float = 15.0,  # noqa: ASYNC109 - the polling bound (generous: a loaded machine)
     what: str = "condition",
 ) -> None:
     """Poll ``cond`` (a plain or async predicate) on the event loop until it is truthy."""
