@@ -6,9 +6,7 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -18,6 +16,7 @@ from typing import Any
 import httpx
 
 from gateway.platform import internal_token
+from gateway.supervision import Spec, StartError, Supervisor
 from tests.support.wait import async_wait_until
 
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
@@ -34,22 +33,17 @@ class Proc:
     def __init__(self, args: list[str], log: Path) -> None:
         self.args = args
         self.log = log
-        with open(log, "ab") as err:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "gateway", *args],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-            )
-        assert self.popen.stdout is not None
-        ready, _, _ = select.select([self.popen.stdout], [], [], 15)
-        line = self.popen.stdout.readline().decode() if ready else ""
-        if not line.startswith("LISTENING "):
-            self.popen.kill()
-            self.popen.wait()
-            self.popen.stdout.close()
-            raise RuntimeError(f"{args[0]} did not start: {line!r}\n{log.read_text()[-3000:]}")
-        self.url = line.split()[1]
+        # started and awaited as ``apf-gateway up`` starts its children (gateway.supervision)
+        spec = Spec(args[0], [sys.executable, "-m", "gateway", *args], log, restart=False)
+        starting = Supervisor(report=lambda _: None, start_timeout=15)
+        child = starting.add(spec)
+        self.popen = child.proc
+        try:
+            starting.wait_ready()
+        except StartError as exc:
+            starting.stop()
+            raise RuntimeError(f"{exc}\n{log.read_text()[-3000:]}") from None
+        self.url = child.url
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.popen.poll() is None:
