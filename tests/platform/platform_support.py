@@ -202,6 +202,18 @@ async def wait_running(
     return state
 
 
+async def recorded(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """Poll ``GET url`` (an activation, maybe still in a router's writer) until it is 200."""
+    got: list[httpx.Response] = []
+
+    async def found() -> bool:
+        got.append(await client.get(url))
+        return got[-1].status_code == 200
+
+    await async_wait_until(found, 30, f"the record at {url}")
+    return got[-1]
+
+
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:
     """``GET base/metrics`` as ``{'name{label="v",...}': value}`` (labels sorted)."""
     from prometheus_client.parser import text_string_to_metric_families

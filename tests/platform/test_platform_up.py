@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
-from platform_support import alive
+from platform_support import alive, recorded
 
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.store import open_store
@@ -119,11 +119,7 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
             aid = resp.headers["x-openwhisk-activation-id"]
             nb = await client.post(base + "/actions/hello", json={"name": "later"})
             assert nb.status_code == 202
-            for _ in range(100):
-                got = await client.get(f"{base}/activations/{nb.json()['activationId']}")
-                if got.status_code == 200:
-                    break
-                await asyncio.sleep(0.05)
+            got = await recorded(client, f"{base}/activations/{nb.json()['activationId']}")
             assert got.json()["response"]["result"] == {"hi": "later"}
             for _ in range(100):  # the record may still sit in the other router's writer
                 logs = await client.get(f"{base}/activations/{aid}/logs")
@@ -323,11 +319,7 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
             assert failed.status_code >= 500, failed.text
             # the activation answered with 202 gets its record from the restarted router
             aid = background.json()["activationId"]
-            for _ in range(400):
-                got = await client.get(f"{up.base}/activations/{aid}")
-                if got.status_code == 200:
-                    break
-                await asyncio.sleep(0.05)
+            got = await recorded(client, f"{up.base}/activations/{aid}")
             assert got.status_code == 200, got.text
             record = got.json()
             assert record["response"]["status"] == "whisk internal error"
