@@ -19,6 +19,7 @@ COMPILED_MODULES = (
     "gateway/flowcontrol/stats.py",
     "gateway/flowcontrol/segments.py",
     "gateway/flowcontrol/shufflesharding.py",
+    "gateway/flowcontrol/watermark.py",
     "gateway/flowcontrol/kinds.py",
     "gateway/flowcontrol/queueset.py",
     "gateway/flowcontrol/level.py",

@@ -5,7 +5,9 @@ in order.
 in tests). ``Child`` and ``Supervisor`` are the thin I/O shell: ``subprocess`` children whose
 stderr goes to a log file, so that an exit can be explained by the last line written there.
 ``apf-gateway up`` is the first user; the shell is synchronous and polls, so it needs no event
-loop of its own.
+loop of its own. ``StartWatch`` (a start: readiness, or an early exit or silence explained by the
+log's last line) and ``stop_process`` (signal, grace, SIGKILL) are the pieces the local
+container backend and the load-test harness share with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from gateway.clock import Clock
 
@@ -108,6 +111,78 @@ def describe_exit(code: int) -> str:
 
 class StartError(Exception):
     """A child exited or stayed silent while starting; the message says why."""
+
+
+def exited_at_start(name: str, code: int, log: Path, since: int = 0) -> StartError:
+    why = last_line(log, since) or "(nothing in its log)"
+    return StartError(f"{name} exited at start ({describe_exit(code)}): {why}")
+
+
+T = TypeVar("T")
+
+
+class StartWatch(Generic[T]):
+    """One process's start. ``poll`` returns what ``check`` found once it finds something (an
+    address, a port), ``None`` while the process starts; ``StartError`` naming the last line
+    of ``log`` (after offset ``since``) once it exits or ``timeout`` passes first. Callers
+    poll from a thread (``wait``) or an event loop (their own sleep between polls)."""
+
+    def __init__(
+        self,
+        name: str,
+        proc: subprocess.Popen[bytes],
+        log: Path,
+        check: Callable[[], T | None],
+        *,
+        timeout: float,
+        clock: Clock | None = None,
+        since: int = 0,
+    ) -> None:
+        self.name = name
+        self.proc = proc
+        self.log = log
+        self.check = check
+        self.timeout = timeout
+        self.clock: Clock = clock or MonotonicClock()
+        self.since = since
+        self.deadline = self.clock.now() + timeout
+
+    def poll(self) -> T | None:
+        found = self.check()
+        if found is not None:
+            return found
+        code = self.proc.poll()
+        if code is not None:
+            raise exited_at_start(self.name, code, self.log, self.since)
+        if self.clock.now() > self.deadline:
+            why = last_line(self.log, self.since) or "(nothing in its log)"
+            raise StartError(f"{self.name} did not start within {self.timeout:g} s: {why}")
+        return None
+
+    def wait(self, interval: float = 0.05) -> T:
+        while (found := self.poll()) is None:
+            time.sleep(interval)
+        return found
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes],
+    *,
+    grace: float,
+    sig: int = signal.SIGTERM,
+    kill_wait: float | None = None,
+) -> int:
+    """``sig``, wait up to ``grace`` s, then SIGKILL (waiting up to ``kill_wait``, default for
+    ever); the exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(kill_wait)
+    return int(proc.returncode)
 
 
 @dataclass(slots=True)
@@ -199,9 +274,7 @@ class Child:
         announces nothing); ``StartError`` with its last log line if it exited."""
         code = self.proc.poll()
         if code is not None:
-            raise StartError(
-                f"{self.spec.name} exited at start ({describe_exit(code)}): {self.last_error()}"
-            )
+            raise exited_at_start(self.spec.name, code, self.spec.log, self.log_offset)
         if self.spec.announce:
             return self.poll_ready()
         return probe is not None and probe()
@@ -213,12 +286,7 @@ class Child:
 
     def stop(self) -> None:
         """``stop_signal``, wait up to ``stop_timeout``, then SIGKILL."""
-        self.terminate()
-        try:
-            self.proc.wait(self.spec.stop_timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, grace=self.spec.stop_timeout, sig=self.spec.stop_signal)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 

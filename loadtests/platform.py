@@ -79,12 +79,8 @@ def start_up(out: Path, doc: dict[str, Any], tenants: list[dict[str, Any]]) -> p
     ]  # fmt: skip
     proc = procs.spawn("platform", argv, out / "platform.log")
     proc.port = port
-    deadline = time.monotonic() + 90
-    while "apf-gateway is up" not in proc.log_path.read_text(errors="replace"):
-        if proc.popen.poll() is not None or time.monotonic() > deadline:
-            proc.stop(10)
-            raise RuntimeError(f"apf-gateway up did not start; see {proc.log_path}")
-        time.sleep(0.2)
+    up = "apf-gateway is up"
+    proc.wait_started(lambda text: True if up in text else None, 90, 0.2, grace=10)
     keys = state / "openwhisk-keys"
     tmp = keys.with_suffix(".tmp")
     tmp.write_text(key_lines(tenants, keys.read_text()))

@@ -3,22 +3,27 @@
 Both are started with port 0; the upstream prints ``PORT n`` and the gateway's uvicorn logs
 the address it bound, so there is no pick-a-free-port race. Logs go to files in the run's
 output folder. Every process is stopped by its own pid (SIGTERM, then SIGKILL after a grace).
+Starting and stopping use ``gateway.supervision`` (the same start check and ordered stop as
+``apf-gateway up`` and the local container backend).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
+from gateway.supervision import StartError, StartWatch, stop_process
+
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 _LISTEN_RE = re.compile(r"running on http://127\.0\.0\.1:(\d+)")
 
@@ -48,17 +53,27 @@ class Proc:
 
     def stop(self, grace: float = 25.0) -> int:
         """SIGTERM, wait up to ``grace`` s, then SIGKILL; returns the exit code."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        code = stop_process(self.popen, grace=grace, kill_wait=5)
         if self._log is not None:
             self._log.close()
             self._log = None
-        return int(self.popen.returncode)
+        return code
+
+    def wait_started(
+        self, found: Callable[[str], T | None], timeout: float, poll: float, grace: float = 1.0
+    ) -> T:
+        """Until ``found`` finds something in the log; on an exit or ``timeout``, stop the
+        process (``grace``) and raise with the log's last line."""
+
+        def check() -> T | None:
+            return found(self.log_path.read_text(errors="replace"))
+
+        watch = StartWatch(self.name, self.popen, self.log_path, check, timeout=timeout)
+        try:
+            return watch.wait(poll)
+        except StartError as exc:
+            self.stop(grace)
+            raise RuntimeError(f"{exc} (log {self.log_path})") from None
 
 
 def spawn(name: str, argv: list[str], log_path: Path) -> Proc:
@@ -75,18 +90,11 @@ def spawn(name: str, argv: list[str], log_path: Path) -> Proc:
 
 
 def _wait_for_port(proc: Proc, pattern: re.Pattern[str], timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = proc.log_path.read_text(errors="replace")
+    def port(text: str) -> int | None:
         m = pattern.search(text)
-        if m:
-            return int(m.group(1))
-        if proc.popen.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.stop(1)
-    tail = proc.log_path.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"{proc.name} did not start (log {proc.log_path}):\n{tail}")
+        return int(m.group(1)) if m else None
+
+    return proc.wait_started(port, timeout, 0.05)
 
 
 def start_upstream(out: Path, service_time: float, list_items: int, list_factor: float) -> Proc:

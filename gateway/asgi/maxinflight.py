@@ -19,8 +19,8 @@ from gateway.asgi.errorformat import (
 )
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
+from gateway.flowcontrol.watermark import Watermark
 from gateway.http.types import ASGIApp, Receive, Scope, Send
-from gateway.metrics.watermark import Watermark
 from gateway.reconfigure import Swap, assign
 
 PRIVILEGED_GROUP = "system:masters"
@@ -48,7 +48,9 @@ class MaxInFlightMiddleware:
         self.app = app
         self.describer = describer
         self.limits = _limits(max_requests_inflight, max_mutating_requests_inflight)
-        self.inflight = {"readOnly": Watermark(now), "mutating": Watermark(now)}
+        self.now = now
+        second = int(now())
+        self.inflight = {"readOnly": Watermark(second), "mutating": Watermark(second)}
         self.status_body = status_body
         self.on_reject = on_reject
         self.error_format = error_format
@@ -87,8 +89,16 @@ class MaxInFlightMiddleware:
                 return
             await send_too_many_requests(send, 1, status_body=self.status_body)
             return
+        counter.roll(int(self.now()))
         counter.add(1)
         try:
             await self.app(scope, receive, send)
         finally:
+            counter.roll(int(self.now()))
             counter.add(-1)
+
+    def watermark(self, kind: str) -> int:
+        """The peak in-flight count of ``kind`` over the last completed second."""
+        mark = self.inflight[kind]
+        mark.roll(int(self.now()))
+        return mark.reported

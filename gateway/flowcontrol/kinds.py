@@ -14,6 +14,7 @@ from typing import Final
 from gateway.clock import Clock
 from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
+from gateway.flowcontrol.watermark import Watermark
 
 KINDS: Final = ("readOnly", "mutating")
 PHASES: Final = ("waiting", "executing")
@@ -32,28 +33,11 @@ assert all(
 )
 
 
-class _Watermark:
-    __slots__ = ("current", "reported", "window", "window_max")
-
-    def __init__(self) -> None:
-        self.current = 0
-        self.window = 0
-        self.window_max = 0
-        self.reported = 0
-
-    def roll(self, second: int) -> None:
-        if second > self.window:
-            # The window just closed reports its maximum; an idle gap reports the current value.
-            self.reported = self.window_max if second == self.window + 1 else self.current
-            self.window = second
-            self.window_max = self.current
-
-
 class RequestKindTracker:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._now: Callable[[], float] = clock.now  # bound once (no look-ups per read)
-        self.marks = {key: _Watermark() for key in _SLOTS}
+        self.marks = {key: Watermark() for key in _SLOTS}
         self._marks = [self.marks[key] for key in _SLOTS]
         self.ratio = {key: TimingHistogram(READ_WRITE_BUCKETS) for key in _SLOTS}
         self.denominators = {"waiting": 1.0, "executing": 1.0}

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.clock import Timer
-from gateway.platform.actions import EvictionSafe
+from gateway.platform.actions import ActionSpec
+
+__all__ = ["ActionSpec", "CState", "Container"]
 
 
 class CState(enum.Enum):
@@ -17,74 +19,6 @@ class CState(enum.Enum):
     QUARANTINED = "quarantined"  # its last owner may still use it; nobody gets it yet
     DRAINING = "draining"  # drained while busy: removed once known idle, never handed out
     REMOVING = "removing"  # being stopped; no longer counted
-
-
-@dataclass(frozen=True, slots=True)
-class ActionSpec:
-    """What the manager needs to know about an action (no code: routers /init containers)."""
-
-    namespace: str
-    name: str
-    version: str
-    kind: str
-    memory_mb: int = 256
-    concurrency: int = 1
-    timeout_ms: int = 60000
-    instances: int = 30
-    eviction: EvictionSafe = EvictionSafe.NEVER
-    image: str | None = None  # a runtime image speaking the action protocol (Kubernetes)
-    grace_seconds: int | None = None  # the action's grace period; None: the manager's default
-    pod_template: dict[str, Any] | None = field(default=None, hash=False)
-
-    @property
-    def path(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def key(self) -> str:
-        return f"{self.path}@{self.version}"
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "namespace": self.namespace,
-            "name": self.name,
-            "version": self.version,
-            "kind": self.kind,
-            "memory": self.memory_mb,
-            "concurrency": self.concurrency,
-            "timeout": self.timeout_ms,
-            "instances": self.instances,
-            "eviction": self.eviction.value,
-        }
-        for key, value in (
-            ("image", self.image),
-            ("terminationGracePeriodSeconds", self.grace_seconds),
-            ("podTemplate", self.pod_template),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ActionSpec:
-        return cls(
-            namespace=str(data["namespace"]),
-            name=str(data["name"]),
-            version=str(data["version"]),
-            kind=str(data["kind"]),
-            memory_mb=int(data.get("memory", 256)),
-            concurrency=int(data.get("concurrency", 1)),
-            timeout_ms=int(data.get("timeout", 60000)),
-            instances=int(data.get("instances", 30)),
-            eviction=EvictionSafe(data.get("eviction", "Never")),
-            image=str(data["image"]) if data.get("image") else None,
-            grace_seconds=_optional_int(data.get("terminationGracePeriodSeconds")),
-            pod_template=data["podTemplate"] if isinstance(data.get("podTemplate"), dict) else None,
-        )
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 @dataclass(slots=True)

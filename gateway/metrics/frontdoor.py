@@ -122,8 +122,8 @@ class FrontDoorMetrics(Collector):
                 "request kind in last second.",
                 labels=["request_kind"],
             )
-            for kind, mark in self.maxinflight.inflight.items():
-                inflight.add_metric([kind], mark.value())
+            for kind in self.maxinflight.inflight:
+                inflight.add_metric([kind], self.maxinflight.watermark(kind))
             yield inflight
             yield _counter(
                 "gateway_maxinflight_rejected_requests",

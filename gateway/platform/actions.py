@@ -1,14 +1,15 @@
 """The action document: validation of a PUT body, defaults, and the typed view routers use.
 
 Stored documents are plain JSON dicts in OpenWhisk's shape (so the store stays schema-free);
-``ActionInfo`` is the frozen, validated view of one revision.
+``ActionSpec`` is what the manager knows of an action; ``ActionInfo`` extends it into the frozen,
+validated view of one revision routers run (one model: the manager's view is ``info.spec()``).
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gateway.platform.errors import ApiError, not_implemented
@@ -50,34 +51,88 @@ class EvictionSafe(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ActionInfo:
+class ActionSpec:
+    """What the manager needs to know about an action (no code: routers /init containers)."""
+
     namespace: str
     name: str
     version: str
     kind: str
-    code: str
-    main: str
-    binary: bool
-    parameters: dict[str, Any]
-    timeout_ms: int
-    memory_mb: int
-    logs_mb: int
-    concurrency: int
-    instances: int
-    eviction: EvictionSafe
-    annotations: tuple[tuple[str, Any], ...] = ()
-    image: str | None = None  # exec.image: a runtime image (Kubernetes backend only)
-    grace_seconds: int | None = None  # eviction.terminationGracePeriodSeconds
-    pod_template: dict[str, Any] | None = field(default=None, hash=False, compare=False)
-
-    @property
-    def key(self) -> str:
-        """Pool key: one revision of one action (containers never serve another revision)."""
-        return f"{self.namespace}/{self.name}@{self.version}"
+    memory_mb: int = 256
+    concurrency: int = 1
+    timeout_ms: int = 60000
+    instances: int = 30
+    eviction: EvictionSafe = EvictionSafe.NEVER
+    image: str | None = None  # a runtime image speaking the action protocol (Kubernetes)
+    grace_seconds: int | None = None  # the action's grace period; None: the manager's default
+    pod_template: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def path(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.path}@{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "version": self.version,
+            "kind": self.kind,
+            "memory": self.memory_mb,
+            "concurrency": self.concurrency,
+            "timeout": self.timeout_ms,
+            "instances": self.instances,
+            "eviction": self.eviction.value,
+        }
+        for key, value in (
+            ("image", self.image),
+            ("terminationGracePeriodSeconds", self.grace_seconds),
+            ("podTemplate", self.pod_template),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ActionSpec:
+        return cls(
+            namespace=str(data["namespace"]),
+            name=str(data["name"]),
+            version=str(data["version"]),
+            kind=str(data["kind"]),
+            memory_mb=int(data.get("memory", 256)),
+            concurrency=int(data.get("concurrency", 1)),
+            timeout_ms=int(data.get("timeout", 60000)),
+            instances=int(data.get("instances", 30)),
+            eviction=EvictionSafe(data.get("eviction", "Never")),
+            image=str(data["image"]) if data.get("image") else None,
+            grace_seconds=_optional_int(data.get("terminationGracePeriodSeconds")),
+            pod_template=data["podTemplate"] if isinstance(data.get("podTemplate"), dict) else None,
+        )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionInfo(ActionSpec):
+    """One validated revision as routers run it: the manager's ``ActionSpec`` plus what only the
+    router needs (code, parameters, log limit, annotations)."""
+
+    code: str
+    main: str
+    binary: bool
+    parameters: dict[str, Any]
+    logs_mb: int
+    annotations: tuple[tuple[str, Any], ...] = ()
+
+    def spec(self) -> ActionSpec:
+        """The manager's view (what travels to it and into its container labels)."""
+        return ActionSpec(**{f.name: getattr(self, f.name) for f in fields(ActionSpec)})
 
     def limits(self) -> dict[str, int]:
         return {

@@ -26,7 +26,10 @@ SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Conte
 
 
 @contextmanager
-def _mapped() -> Iterator[None]:
+def map_aiohttp_errors() -> Iterator[None]:
+    """aiohttp's errors as ``UpstreamError`` kinds, for both aiohttp-based transports (the
+    httpx-aiohttp one too: httpx-aiohttp's own map turns a refused or dropped connection into
+    a connect *timeout*, a 504 instead of a 502)."""
     try:
         yield
     except UpstreamError:
@@ -125,7 +128,7 @@ class AiohttpResponse:
         self._done = body is not None
 
     async def stream(self) -> AsyncIterator[bytes]:
-        with _mapped():
+        with map_aiohttp_errors():
             async for chunk in self._resp.content.iter_any():
                 yield chunk
         self._done = True
@@ -186,7 +189,7 @@ class AiohttpUpstreamTransport:
         paced = None
         if limit is not None and body is not None and not isinstance(body, bytes):
             body = paced = _Paced(body)
-        with _mapped():
+        with map_aiohttp_errors():
             request = self._session(long_running).request(
                 method,
                 URL(url, encoded=True),  # the canonical target as is: yarl would requote it

@@ -33,7 +33,6 @@ from gateway.proxy.transport import (
     Transport,
     UpstreamError,
     UpstreamResponse,
-    UpstreamTimeout,
 )
 from gateway.reconfigure import Swap, Undo, assign
 
@@ -211,7 +210,7 @@ class ProxyApp:
             assert isinstance(exc, UpstreamError)
             if self.observe:
                 self.observe(route.url, exc.kind, time.perf_counter() - started)
-            code = 504 if isinstance(exc, UpstreamTimeout) else 502
+            code = exc.status
             if route.error_format == OPENWHISK:  # no internal address in a platform's answer
                 await send_openwhisk_error(
                     send, code, GATEWAY_TIMEOUT if code == 504 else BAD_GATEWAY,

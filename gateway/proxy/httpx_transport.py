@@ -11,12 +11,11 @@ from typing import Any
 
 import h11
 import httpx
-from aiohttp import ClientSession, ClientTimeout
+from aiohttp import ClientResponse, ClientSession, ClientTimeout
 from httpx_aiohttp import AiohttpTransport
-from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 from yarl import URL
 
-from gateway.proxy.aiohttp_transport import CheckedConnector
+from gateway.proxy.aiohttp_transport import CheckedConnector, map_aiohttp_errors
 from gateway.proxy.transport import (
     SMALL_BODY,
     Headers,
@@ -148,12 +147,25 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     """httpx-aiohttp hands aiohttp ``str(request.url)``, which yarl requotes (``%3A`` becomes
     ``:``, ``%2F`` in a query ``/``); this one sends the canonical target unchanged."""
 
+    class Stream(httpx.AsyncByteStream):
+        def __init__(self, response: ClientResponse) -> None:
+            self._response = response
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            with map_aiohttp_errors():
+                async for chunk in self._response.content.iter_chunked(16 * 1024):
+                    yield chunk
+
+        async def aclose(self) -> None:
+            with map_aiohttp_errors():
+                await self._response.__aexit__(None, None, None)
+
     class ExactTargetTransport(AiohttpTransport):
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             if not isinstance(self.client, ClientSession):
                 self.client = self.get_client()
             timeout = request.extensions.get("timeout", {})
-            with map_aiohttp_exceptions():
+            with map_aiohttp_errors():
                 data: object
                 try:
                     data = request.content or None
@@ -171,7 +183,7 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
                 ).__aenter__()  # fmt: skip
             return httpx.Response(
                 status_code=response.status, headers=response.raw_headers,
-                stream=AiohttpResponseStream(response), request=request,
+                stream=Stream(response), request=request,
                 extensions={"http_version": b"HTTP/1.1"},
             )  # fmt: skip
 

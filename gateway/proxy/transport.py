@@ -27,11 +27,19 @@ TRANSPORTS: dict[str, str] = {
     "h1": "gateway.proxy.h1_transport:H1UpstreamTransport",
 }
 
+# Packages only optional transports import (the ``httpx`` extra).
+OPTIONAL_PACKAGES = frozenset({"httpx", "httpx_aiohttp"})
+
 Headers = list[tuple[bytes, bytes]]
 
 
 class UpstreamError(Exception):
+    """What every transport raises for an upstream failure: its library's errors become one of
+    the subclasses inside the transport, and the proxy maps them to a status in one place
+    (``status``), so all transports answer the same failure the same way."""
+
     kind = "error"
+    status = 502
 
 
 class UpstreamConnectError(UpstreamError):
@@ -40,6 +48,7 @@ class UpstreamConnectError(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     kind = "timeout"
+    status = 504
 
 
 class UpstreamProtocolError(UpstreamError):
@@ -105,6 +114,15 @@ def create_transport(name: str, *, timeouts: Timeouts, limits: PoolLimits) -> Tr
             f"unknown proxy transport {name!r}; choose one of {', '.join(sorted(TRANSPORTS))}"
         ) from None
     module_name, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL_PACKAGES:
+            raise
+        raise ValueError(
+            f"proxy transport {name!r} needs the {exc.name!r} package: install "
+            "'apf-gateway[httpx]', or choose the h1 or aiohttp transport"
+        ) from exc
+    cls = getattr(module, attr)
     transport: Transport = cls(timeouts=timeouts, limits=limits)
     return transport

@@ -57,23 +57,6 @@ class InvokerSettings:
     pool: PoolSettings = field(default_factory=PoolSettings)
 
 
-def spec_of(action: ActionInfo) -> ActionSpec:
-    return ActionSpec(
-        namespace=action.namespace,
-        name=action.name,
-        version=action.version,
-        kind=action.kind,
-        memory_mb=action.memory_mb,
-        concurrency=action.concurrency,
-        timeout_ms=action.timeout_ms,
-        instances=action.instances,
-        eviction=action.eviction,
-        image=action.image,
-        grace_seconds=action.grace_seconds,
-        pod_template=action.pod_template,
-    )
-
-
 class Invoker:
     def __init__(
         self,
@@ -178,7 +161,7 @@ class Invoker:
             known = [c.id for c in self.pool.containers(key)]
             result = await self.manager.acquire(
                 self.settings.router_id,
-                spec_of(action),
+                action.spec(),
                 count=count,
                 known=known,
                 allow_proxy=not proxied,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,8 +24,11 @@ from gateway.settings.sources import LoadedConfig, load_config
 
 
 class ServerThread:
-    def __init__(self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp]) -> None:
+    def __init__(
+        self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp], *, lifespan: str = "off"
+    ) -> None:
         self.make_app = make_app
+        self.lifespan = lifespan
         self.loop = asyncio.new_event_loop()
         self.app: Any = None
         self.server: uvicorn.Server | None = None
@@ -45,7 +47,7 @@ class ServerThread:
             else:
                 config = uvicorn.Config(
                     self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
-                    lifespan="off", log_level="warning", access_log=False,
+                    lifespan=self.lifespan, log_level="warning", access_log=False,
                 )  # fmt: skip
             self.server = uvicorn.Server(config)
             self.loop.run_until_complete(self._serve())
@@ -201,15 +203,6 @@ def gateways() -> Iterator[list[ServerThread]]:
     yield started
     for s in started:
         s.stop()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll a condition (synchronisation with another thread, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def holding(upstream: ServerThread) -> list[str]:

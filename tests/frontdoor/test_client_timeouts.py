@@ -26,7 +26,8 @@ from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.serving.limits import file_limit_warning
 from gateway.settings.sources import ConfigLoadError, load_config
-from tests.frontdoor.conftest import ServerThread, holding, wait_until
+from tests.frontdoor.conftest import ServerThread, holding
+from tests.support.wait import wait_until
 
 TIMEOUT = 0.3
 BOUND = 5.0  # generous upper bound for anything the gateway must do after a timeout

@@ -14,8 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.frontdoor.conftest import ServerThread, wait_until
+from tests.frontdoor.conftest import ServerThread
 from tests.frontdoor.test_lifecycle import ROOT, _free_port, _up
+from tests.support.wait import wait_until
 
 ADMIN = {"Authorization": "Bearer admin-token"}
 BOB = {"Authorization": "Bearer bob-token"}

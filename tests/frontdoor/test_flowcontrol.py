@@ -21,7 +21,8 @@ from gateway.flowcontrol.controller import FlowController
 from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
 from gateway.server import Gateway
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.wait import wait_until
 
 CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 TEXT_429 = "Too many requests, please try again later.\n"

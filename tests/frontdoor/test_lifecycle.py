@@ -16,7 +16,8 @@ import httpx
 
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
-from tests.frontdoor.conftest import ServerThread, holding, wait_until
+from tests.frontdoor.conftest import ServerThread, holding
+from tests.support.wait import wait_until
 
 CONFIG = Path(__file__).with_name("apf_config.yaml")
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from gateway.server import Gateway
-from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.wait import wait_until
 
 
 def test_separate_read_and_mutating_limits(

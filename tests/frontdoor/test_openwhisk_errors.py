@@ -20,7 +20,8 @@ from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.wait import wait_until
 
 CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 KEY = ("23bc46b1-71f6-4ed5-8c54-816aa4f8c502", "secret")

@@ -17,7 +17,8 @@ import pytest
 from gateway.http.status import status_body
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
-from tests.frontdoor.conftest import ServerThread, holding, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.wait import wait_until
 
 APF_OFF = {"enablePriorityAndFairness": False}
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.frontdoor.framing_upstream import RecordingUpstream, recording_upstream
+from tests.support.wait import wait_until
 
 TRANSPORTS = ["h1", "aiohttp", "httpx", "httpx-aiohttp"]
 # What an attacker puts in its own body, hoping the upstream parses it as a request.

@@ -14,7 +14,8 @@ from gateway.proxy.transport import PoolLimits, Timeouts
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, start_gateway
+from tests.support.wait import wait_until
 
 HEADER = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
 ALICE = {"Authorization": "Bearer alice-token"}

@@ -18,8 +18,9 @@ import pytest
 
 from gateway.server import Gateway
 from gateway.settings.sources import LoadedConfig, load_config
-from tests.frontdoor.conftest import ServerThread, wait_until
+from tests.frontdoor.conftest import ServerThread
 from tests.frontdoor.test_lifecycle import ROOT, _free_port, _up
+from tests.support.wait import wait_until
 
 TOKEN = {"Authorization": "Bearer alice-token"}
 HEADER = "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"

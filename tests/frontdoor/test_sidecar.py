@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -20,6 +23,14 @@ from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.settings.sources import load_config
 from tests.frontdoor.conftest import ServerThread
+
+
+def default_controller() -> FlowController:
+    """Kubernetes' bootstrap objects, as a sidecar user without a config file builds them."""
+    return FlowController(
+        clock=AsyncioEventClock(), config=bootstrap.defaults(), mandatory=bootstrap.mandatory()
+    )
+
 
 CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 
@@ -92,5 +103,67 @@ def test_websocket_holds_its_seat_only_for_the_handshake() -> None:
             mw: FlowControlMiddleware = server.app
             qs = mw.controller.levels["tiny-queue"].qs
             assert server.call(lambda: qs.tot_requests_executing) == 0
+    finally:
+        server.stop()
+
+
+# The documented sidecar set-up (docs/frontdoor.md): ``app.add_middleware(...)`` in a Starlette
+# and a FastAPI app, served by uvicorn with lifespan on, as an application would run.
+def _admitted(server: ServerThread) -> None:
+    r = httpx.get(server.url + "/api/v1/namespaces/default/pods")
+    assert r.status_code == 200
+    assert r.json() == {"user": "system:anonymous", "verb": "list", "resource": "pods"}
+    assert r.headers["x-kubernetes-pf-flowschema-uid"]
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    missing = httpx.get(server.url + "/api/v1/namespaces/default/nothing-here")
+    assert missing.status_code == 404  # the app's own answer, after admission
+    assert missing.headers["x-kubernetes-pf-prioritylevel-uid"]
+
+
+def test_added_to_a_starlette_app_with_add_middleware() -> None:
+    started: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        started.append("starlette")
+        yield
+
+    def make(loop: asyncio.AbstractEventLoop) -> Starlette:
+        app = Starlette(routes=[Route("/api/v1/namespaces/{ns}/pods", whoami)], lifespan=lifespan)
+        app.add_middleware(FlowControlMiddleware, controller=default_controller)
+        return app
+
+    server = ServerThread(make, lifespan="on").start()
+    try:
+        assert started == ["starlette"]  # lifespan passed through the middleware
+        _admitted(server)
+    finally:
+        server.stop()
+
+
+def test_added_to_a_fastapi_app_with_add_middleware() -> None:
+    started: list[str] = []
+
+    def make(loop: asyncio.AbstractEventLoop) -> FastAPI:
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            started.append("fastapi")
+            yield
+
+        app = FastAPI(lifespan=lifespan)
+        app.add_middleware(FlowControlMiddleware, controller=default_controller)
+
+        @app.get("/api/v1/namespaces/{ns}/pods")
+        async def pods(ns: str, request: Request) -> dict[str, str]:
+            digest = request.scope[DIGEST_KEY]
+            return {"user": digest.user.name, "verb": digest.info.verb,
+                    "resource": digest.info.resource}  # fmt: skip
+
+        return app
+
+    server = ServerThread(make, lifespan="on").start()
+    try:
+        assert started == ["fastapi"]
+        _admitted(server)
     finally:
         server.stop()

@@ -22,7 +22,8 @@ from gateway.http.types import Receive, Scope, Send
 from gateway.server import Gateway
 from gateway.settings.model import WorkEstimationSettings
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, start_gateway, wait_until
+from tests.frontdoor.conftest import ServerThread, start_gateway
+from tests.support.wait import wait_until
 
 ADMIN = {"Authorization": "Bearer admin-token"}
 USER = {"Authorization": "Bearer user-token"}

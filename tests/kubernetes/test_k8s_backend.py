@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 
 import pytest
 from conftest import NS, BackendFactory
@@ -21,6 +20,7 @@ from gateway.manager.backends.k8s.eviction import CA_ANNOTATION, PDB_NAME, SAFE_
 from gateway.manager.backends.k8s.podspec import render_pod
 from gateway.manager.core import ActionSpec
 from gateway.platform.actions import EvictionSafe
+from tests.support.wait import async_wait_until
 
 
 def action_spec(
@@ -36,12 +36,6 @@ def action_spec(
     return ContainerSpec(cid, action.kind, 256, concurrency, labels, eviction=safe)
 
 
-async def until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls the fake server's recorded state
-            await asyncio.sleep(0.005)
-
-
 def paths(cluster: FakeCluster) -> list[tuple[str, str]]:
     return [(c.method, c.path) for c in cluster.calls]
 
@@ -50,7 +44,7 @@ async def test_start_reads_owner_creates_pdb_lists_then_watches(
     cluster: FakeCluster, make_backend: BackendFactory
 ) -> None:
     await make_backend()
-    await until(lambda: len(cluster.calls) >= 5)
+    await async_wait_until(lambda: len(cluster.calls) >= 5)
     base = f"/api/v1/namespaces/{NS}/pods"
     assert paths(cluster)[:5] == [
         ("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/apf-gateway-manager"),
@@ -187,7 +181,7 @@ async def test_failed_pod_is_deleted_and_create_raises(
     cluster.auto_ready = False
     backend = await make_backend()
     task = asyncio.ensure_future(backend.create(action_spec("c-000000000005")))
-    await until(lambda: cluster.pod("c-000000000005") is not None)
+    await async_wait_until(lambda: cluster.pod("c-000000000005") is not None)
     waiting = {"reason": "ImagePullBackOff", "message": "no such image"}
     await cluster.set_status(
         "c-000000000005",

@@ -7,13 +7,14 @@ import asyncio
 
 from conftest import NS, BackendFactory
 from k8s_fakeapi import FakeCluster
-from test_k8s_backend import action_spec, until
+from test_k8s_backend import action_spec
 
 from gateway.manager.backends.k8s.eviction import SAFE_LABEL
 from gateway.manager.core import ActionSpec, CState, ManagerSettings
 from gateway.manager.service import ManagerService, ServiceSettings
 from gateway.platform.actions import EvictionSafe
 from gateway.testing import FakeEventClock
+from tests.support.wait import async_wait_until
 
 
 def settings(remove_on_exit: bool) -> ServiceSettings:
@@ -59,7 +60,7 @@ async def test_list_during_a_create_leaves_that_pod_alone(
     cluster.auto_ready = False
     backend = await make_backend()
     task = asyncio.ensure_future(backend.create(action_spec("c-000000000201")))
-    await until(lambda: "c-000000000201" in backend.watch.pods)
+    await async_wait_until(lambda: "c-000000000201" in backend.watch.pods)
     assert await backend.list() == []
     assert cluster.pod("c-000000000201", NS) is not None
     await cluster.make_ready("c-000000000201", NS)

@@ -8,12 +8,14 @@ import asyncio
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 
 import aiohttp
 from conftest import NS
 from k8s_fakeapi import FakeCluster
+
+from tests.support.wait import async_wait_until
 
 CHILD = """
 import signal, sys, time
@@ -32,12 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-async def until_true(check: Callable[[], Awaitable[bool]], seconds: float = 15.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not await check():  # noqa: ASYNC110 - waits for other processes
-            await asyncio.sleep(0.02)
 
 
 async def start(identity: str, url: str, port: int, marker: Path) -> asyncio.subprocess.Process:
@@ -89,10 +85,10 @@ async def test_only_the_leader_runs_the_manager_and_hands_over_on_sigterm(
             async def a_started() -> bool:
                 return marker_a.exists() and "started" in marker_a.read_text()
 
-            await until_true(a_started)
-            await until_true(lambda: _is(status(http, port_a, "/readyz"), 200))
+            await async_wait_until(a_started)
+            await async_wait_until(lambda: _is(status(http, port_a, "/readyz"), 200))
             b = await start("manager-b", api_url, port_b, marker_b)
-            await until_true(lambda: _is(status(http, port_b, "/livez"), 200))
+            await async_wait_until(lambda: _is(status(http, port_b, "/livez"), 200))
             assert await status(http, port_b, "/readyz") == 503
             assert not marker_b.exists()  # the standby does not run the manager
             lease = cluster.objects[("leases", NS, "apf-gateway-manager")]
@@ -105,11 +101,11 @@ async def test_only_the_leader_runs_the_manager_and_hands_over_on_sigterm(
             async def b_started() -> bool:
                 return marker_b.exists() and "started" in marker_b.read_text()
 
-            await until_true(b_started, 5.0)  # after a release: one retry period, not 3 s
+            await async_wait_until(b_started, 5.0)  # after a release: one retry period, not 3 s
             lease = cluster.objects[("leases", NS, "apf-gateway-manager")]
             assert lease["spec"]["holderIdentity"] == "manager-b"
             assert lease["spec"]["leaseTransitions"] >= 1
-            await until_true(lambda: _is(status(http, port_b, "/readyz"), 200))
+            await async_wait_until(lambda: _is(status(http, port_b, "/readyz"), 200))
         finally:
             for proc in (a, b):
                 if proc is not None and proc.returncode is None:
@@ -172,11 +168,11 @@ async def test_the_leader_is_ready_only_once_its_manager_answers(
             async def started() -> bool:
                 return marker.exists()
 
-            await until_true(started)
-            await until_true(lambda: _is(status(http, health, "/livez"), 200))
+            await async_wait_until(started)
+            await async_wait_until(lambda: _is(status(http, health, "/livez"), 200))
             assert await status(http, health, "/readyz") == 503  # leader, manager not serving
             go.write_text("")
-            await until_true(lambda: _is(status(http, health, "/readyz"), 200))
+            await async_wait_until(lambda: _is(status(http, health, "/readyz"), 200))
         finally:
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 15) == 0

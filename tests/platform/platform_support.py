@@ -6,11 +6,8 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,6 +17,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.platform import internal_token
+from gateway.supervision import Spec, StartError, Supervisor
+from tests.support.wait import async_wait_until
 
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
@@ -35,22 +34,17 @@ class Proc:
     def __init__(self, args: list[str], log: Path) -> None:
         self.args = args
         self.log = log
-        with open(log, "ab") as err:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "gateway", *args],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-            )
-        assert self.popen.stdout is not None
-        ready, _, _ = select.select([self.popen.stdout], [], [], 15)
-        line = self.popen.stdout.readline().decode() if ready else ""
-        if not line.startswith("LISTENING "):
-            self.popen.kill()
-            self.popen.wait()
-            self.popen.stdout.close()
-            raise RuntimeError(f"{args[0]} did not start: {line!r}\n{log.read_text()[-3000:]}")
-        self.url = line.split()[1]
+        # started and awaited as ``apf-gateway up`` starts its children (gateway.supervision)
+        spec = Spec(args[0], [sys.executable, "-m", "gateway", *args], log, restart=False)
+        starting = Supervisor(report=lambda _: None, start_timeout=15)
+        child = starting.add(spec)
+        self.popen = child.proc
+        try:
+            starting.wait_ready()
+        except StartError as exc:
+            starting.stop()
+            raise RuntimeError(f"{exc}\n{log.read_text()[-3000:]}") from None
+        self.url = child.url
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.popen.poll() is None:
@@ -188,12 +182,37 @@ async def manager_containers(client: httpx.AsyncClient, platform: Platform) -> l
     return list(resp.json()["containers"])
 
 
-def wait_until(predicate: Any, timeout: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+async def router_state(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> dict[str, int]:
+    """The router's containers: ``{id: activations in flight}``."""
+    resp = await client.get(url + "/_platform/v1/state", headers=auth)
+    return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
+
+
+async def wait_running(
+    client: httpx.AsyncClient, url: str, auth: dict[str, str], count: int
+) -> dict[str, int]:
+    """Poll the router until ``count`` activations run in its containers (its state)."""
+    state: dict[str, int] = {}
+
+    async def running() -> bool:
+        nonlocal state
+        state = await router_state(client, url, auth)
+        return sum(state.values()) >= count
+
+    await async_wait_until(running, 20, f"{count} activations running at {url}")
+    return state
+
+
+async def recorded(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """Poll ``GET url`` (an activation, maybe still in a router's writer) until it is 200."""
+    got: list[httpx.Response] = []
+
+    async def found() -> bool:
+        got.append(await client.get(url))
+        return got[-1].status_code == 200
+
+    await async_wait_until(found, 30, f"the record at {url}")
+    return got[-1]
 
 
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:

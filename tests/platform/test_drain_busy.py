@@ -6,21 +6,45 @@ completes, and the container is removed after it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import httpx
 import pytest
-from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from platform_support import (
+    SLOW,
+    Platform,
+    annotation,
+    invoke,
+    manager_containers,
+    put_action,
+    router_state,
+    wait_running,
+)
 from test_platform_up import alive
 
 from gateway.cli.main import main
 from gateway.manager.core import ActionSpec, CState, ManagerCore, ManagerSettings
 from gateway.testing import FakeEventClock
+from tests.support.wait import async_wait_until
 
 
-async def router_state(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> dict[str, int]:
-    resp = await client.get(url + "/_platform/v1/state", headers=auth)
-    return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
+async def lease_renewals(
+    client: httpx.AsyncClient, platform: Platform, router: str, count: int
+) -> None:
+    """Poll the manager until ``router`` renewed its lease ``count`` times (its remaining
+    lease time went up)."""
+    assert platform.manager is not None
+    url = platform.manager.url + "/v1/routers"
+    seen: list[float] = []
+
+    async def renewed() -> bool:
+        resp = await client.get(url, headers=platform.auth)
+        (left,) = [r["expires_in"] for r in resp.json()["routers"] if r["id"] == router]
+        seen.append(left)
+        return sum(b > a for a, b in itertools.pairwise(seen)) >= count
+
+    await async_wait_until(renewed, 20, f"{count} lease renewals by {router}")
 
 
 async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_run(
@@ -38,17 +62,14 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
     (record,) = await manager_containers(client, platform)
     pid = int(record["agent"]["pid"])
     running = asyncio.ensure_future(invoke(client, r, "never", {"sleep": 3}))
-    for _ in range(200):
-        if (await router_state(client, r.url, platform.auth)).get(cid) == 1:
-            break
-        await asyncio.sleep(0.02)
+    assert (await wait_running(client, r.url, platform.auth, 1)) == {cid: 1}
     async with httpx.AsyncClient(timeout=5) as quick:  # it used to hang until the run ended
         resp = await quick.post(drain_url, json={}, headers=platform.auth)
         assert resp.status_code == 202, resp.text
         body = resp.json()
         assert body["drained"] == {cid: "when-idle"} and body["kept"] == {}
         assert list(body["waiting"]) == [cid] and "busy" in body["waiting"][cid]
-        await asyncio.sleep(1.0)  # several lease renewals
+        await lease_renewals(client, platform, "r1", 3)
         assert cid not in await router_state(
             client, r.url, platform.auth
         )  # not routed to, not re-adopted
@@ -61,17 +82,12 @@ async def test_drain_answers_at_once_and_removes_the_busy_container_after_its_ru
     done = await running
     assert done.status_code == 200, done.text  # Never: the run is never cut
     assert annotation(done.json(), "container") == cid
-    for _ in range(200):
-        if cid not in {c["id"] for c in await manager_containers(client, platform)}:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the drained container was not removed after its activation")
-    for _ in range(200):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.05)
-    assert not alive(pid)
+
+    async def removed() -> bool:
+        return cid not in {c["id"] for c in await manager_containers(client, platform)}
+
+    await async_wait_until(removed, 10, "the drained container removed after its activation")
+    await async_wait_until(lambda: not alive(pid), 10, "the drained container's process gone")
     final = await client.post(
         drain_url, json={}, headers=platform.auth
     )  # the idle new container goes at once
@@ -88,10 +104,7 @@ async def test_manager_drain_wait_returns_once_the_busy_container_is_gone(
     await put_action(client, r, "never", SLOW)
     cid = annotation((await invoke(client, r, "never", {"sleep": 0})).json(), "container")
     running = asyncio.ensure_future(invoke(client, r, "never", {"sleep": 2}))
-    for _ in range(200):
-        if (await router_state(client, r.url, platform.auth)).get(cid) == 1:
-            break
-        await asyncio.sleep(0.02)
+    assert (await wait_running(client, r.url, platform.auth, 1)) == {cid: 1}
     argv = ["manager", "drain", "--manager", platform.manager.url, "--wait", "30"]
     argv += ["--internal-token-file", str(platform.token_file)]
     assert await asyncio.to_thread(main, argv) == 0

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from platform_support import Platform, invoke, post, put_action, wait_until
+from platform_support import Platform, invoke, post, put_action
 
 from gateway.manager.backends.base import ContainerHandle, ContainerSpec
 from gateway.manager.backends.local import LocalProcessBackend
@@ -33,6 +33,7 @@ from gateway.router.activation import Status
 from gateway.router.execution import FOREIGN_CODE, REFUSED, Executor
 from gateway.router.pool import PoolSettings, RouterPool, WarmContainer
 from gateway.testing import FakeEventClock
+from tests.support.wait import wait_until
 
 ROOT_ONLY = pytest.mark.skipif(
     os.geteuid() != 0, reason="the uid switch needs root (the local backend runs as is)"

@@ -12,6 +12,7 @@ from platform_support import post
 from gateway.manager.backends import load_backend
 from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
 from gateway.manager.backends.local import LocalProcessBackend
+from tests.support.wait import async_wait_until
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
@@ -62,6 +63,28 @@ async def test_runtime_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
     assert list((tmp_path / "containers").iterdir()) == []
 
 
+async def test_a_runtime_exiting_or_silent_at_start_is_explained_by_its_last_line(
+    tmp_path: Path,
+) -> None:
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 'starting' >&2\necho 'boom: no runtime here' >&2\nexit 3\n")
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\necho 'waiting for nothing' >&2\nexec sleep 60\n")
+    for script in (failing, silent):
+        script.chmod(0o755)
+    backend = LocalProcessBackend(tmp_path / "a", python=str(failing))
+    with pytest.raises(
+        BackendError, match=r"^the runtime exited at start \(exit code 3\): boom: no runtime here$"
+    ):
+        await backend.create(ContainerSpec("c-fails", "python:3"))
+    backend = LocalProcessBackend(tmp_path / "b", python=str(silent), start_timeout=0.3)
+    with pytest.raises(
+        BackendError, match=r"^the runtime did not start within 0.3 s: waiting for nothing$"
+    ):
+        await backend.create(ContainerSpec("c-silent", "python:3"))
+    assert list((tmp_path / "b" / "containers").iterdir()) == []  # killed, nothing left
+
+
 async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
     tmp_path: Path,
 ) -> None:
@@ -69,12 +92,19 @@ async def test_evict_is_a_graceful_stop_that_lets_the_run_in_flight_finish(
 
     backend = LocalProcessBackend(tmp_path)
     handle = await backend.create(ContainerSpec("c-evict", "python:3", 128, 1))
-    code = "import time\ndef main(a):\n    time.sleep(0.5)\n    return {'ok': 1}\n"
+    code = (
+        "import time\n"
+        "def main(a):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(0.5)\n"  # the run in flight the eviction must let finish
+        "    return {'ok': 1}\n"
+    )
     assert post(handle.url + "/init", {"value": {"code": code}}, handle.secret)[0] == 200
     run = asyncio.ensure_future(
         asyncio.to_thread(post, handle.url + "/run", {"value": {}}, handle.secret)
     )
-    await asyncio.sleep(0.2)
+    stdout = Path(backend.agent(handle)["logs"]["stdout"])
+    await async_wait_until(lambda: b"started" in stdout.read_bytes(), what="the run started")
     assert await backend.evict(handle, grace=5.0) is True
     assert (await backend.status(handle)) is Status.GONE
     assert await run == (200, {"ok": 1})

@@ -10,7 +10,6 @@ from gateway.manager.model import ActionSpec
 from gateway.platform.actions import ActionInfo, EvictionSafe, validate_put
 from gateway.platform.errors import ApiError
 from gateway.platform.ids import is_activation_id, new_activation_id
-from gateway.router.invoker import spec_of
 
 CODE = {"kind": "python:3.11", "code": "def main(a): return a"}
 
@@ -84,15 +83,16 @@ def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
     doc = validate_put("guest", "a", body)
     # Agones: a template saying safe-to-evict "true" makes the policy Always
     assert doc["eviction"] == {"safe": "Always", "terminationGracePeriodSeconds": 120}
-    spec = spec_of(ActionInfo.from_doc(doc))
+    spec = ActionInfo.from_doc(doc).spec()
     assert (spec.image, spec.grace_seconds, spec.pod_template) == (
         "openwhisk/action-python-v3.11:1.0",
         120,
         template,
     )
     assert spec.eviction is EvictionSafe.ALWAYS
+    assert type(spec) is ActionSpec  # no code or parameters in the manager's view
     again = ActionSpec.from_json(spec.to_json())
     assert again == spec and again.pod_template == template
-    plain = spec_of(ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})))
+    plain = ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})).spec()
     assert set(plain.to_json()) == {"namespace", "name", "version", "kind", "memory",
                                     "concurrency", "timeout", "instances", "eviction"}  # fmt: skip

@@ -15,8 +15,12 @@ from platform_support import (
     invoke,
     manager_containers,
     put_action,
+    recorded,
+    router_state,
     scrape,
 )
+
+from tests.support.wait import async_wait_until
 
 HELLO = """
 def main(args):
@@ -67,11 +71,7 @@ async def test_crud_invoke_and_activations(platform: Platform, client: httpx.Asy
     assert resp.status_code == 202
     aid = resp.json()["activationId"]
     base = f"{r.url}/api/v1/namespaces/_/activations/{aid}"
-    for _ in range(100):
-        got = await client.get(base)
-        if got.status_code == 200:
-            break
-        await asyncio.sleep(0.02)
+    got = await recorded(client, base)
     assert got.status_code == 200 and got.json()["response"]["result"] == {"greeting": "hi zed"}
     assert annotation(got.json(), "initTime") is None  # warm
     assert (await client.get(base + "/result")).json()["result"] == {"greeting": "hi zed"}
@@ -153,17 +153,17 @@ async def test_failure_paths(platform: Platform, client: httpx.AsyncClient) -> N
     assert late.status_code == 202
     late_id = late.json()["activationId"]
     assert late.headers["x-openwhisk-activation-id"] == late_id
-    for _ in range(100):
-        got = await client.get(f"{r.url}/api/v1/namespaces/_/activations/{late_id}")
-        if got.status_code == 200:
-            break
-        await asyncio.sleep(0.05)
+    got = await recorded(client, f"{r.url}/api/v1/namespaces/_/activations/{late_id}")
     assert got.json()["response"]["result"] == {"slept": 0.6}
     (victim,) = [
         c for c in await manager_containers(client, platform) if c["action"]["name"] == "victim"
     ]
     task = asyncio.ensure_future(invoke(client, r, "victim", {"sleep": 3}))
-    await asyncio.sleep(0.5)
+
+    async def victim_runs() -> bool:
+        return (await router_state(client, r.url, platform.auth)).get(victim["id"]) == 1
+
+    await async_wait_until(victim_runs, 20, "the run in the victim container")
     os.killpg(victim["agent"]["pid"], signal.SIGKILL)
     resp = await task
     assert resp.status_code == 502

@@ -15,6 +15,7 @@ from platform_support import (
     invoke,
     manager_containers,
     put_action,
+    recorded,
     scrape,
 )
 
@@ -71,11 +72,7 @@ async def test_quota_429_when_nothing_evictable(
     nb = await invoke(client, r, "newcomer", {"sleep": 0}, "blocking=false")
     assert nb.status_code == 202
     url = f"{r.url}/api/v1/namespaces/_/activations/{nb.json()['activationId']}"
-    for _ in range(100):
-        got = await client.get(url)
-        if got.status_code == 200:
-            break
-        await asyncio.sleep(0.05)
+    got = await recorded(client, url)
     assert got.json()["response"]["result"] == {"error": "Too many concurrent requests in flight."}
     assert platform.manager is not None
     seen = await scrape(client, platform.manager.url)

@@ -16,6 +16,7 @@ from platform_support import (
     manager_containers,
     put_action,
     scrape,
+    wait_running,
 )
 
 from gateway.cli.main import main
@@ -79,7 +80,7 @@ async def test_drain_per_eviction_policy(
         name: asyncio.ensure_future(invoke(client, r, name, {"sleep": sleep}))
         for name, (_, sleep, _) in cases.items()
     }
-    await asyncio.sleep(0.3)
+    await wait_running(client, r.url, platform.auth, len(cases))
     assert platform.manager is not None
 
     argv = ["manager", "drain", "--manager", platform.manager.url]

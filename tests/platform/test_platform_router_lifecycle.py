@@ -7,7 +7,15 @@ import asyncio
 import signal
 
 import httpx
-from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from platform_support import (
+    SLOW,
+    Platform,
+    annotation,
+    invoke,
+    manager_containers,
+    put_action,
+    wait_running,
+)
 
 from gateway.store import open_store
 
@@ -48,7 +56,7 @@ async def test_restarted_router_waits_out_its_predecessors_containers(
     await put_action(client, r, "act", SLOW, limits={"timeout": 2000})
     cid = annotation((await invoke(client, r, "act", {"sleep": 0})).json(), "container")
     busy = asyncio.ensure_future(invoke(client, r, "act", {"sleep": 1.5}))
-    await asyncio.sleep(0.3)  # running in `cid` now
+    assert await wait_running(client, r.url, platform.auth, 1) == {cid: 1}
     r.stop(signal.SIGKILL)  # no goodbye: the manager still lists the container as r1's
     (failed,) = await asyncio.gather(busy, return_exceptions=True)
     assert isinstance(failed, httpx.HTTPError)  # the caller of the dead router sees it

@@ -6,7 +6,15 @@ import asyncio
 import signal
 
 import httpx
-from platform_support import SLOW, Platform, annotation, invoke, manager_containers, put_action
+from platform_support import (
+    SLOW,
+    Platform,
+    annotation,
+    invoke,
+    manager_containers,
+    put_action,
+    recorded,
+)
 
 
 async def held(client: httpx.AsyncClient, url: str, auth: dict[str, str]) -> set[str]:
@@ -31,11 +39,7 @@ async def test_disjoint_ownership_and_proxy(platform: Platform, client: httpx.As
     nb = await invoke(client, r2, "one", {"sleep": 0}, "blocking=false")
     assert nb.status_code == 202
     aid = nb.json()["activationId"]
-    for _ in range(100):
-        got = await client.get(f"{r1.url}/api/v1/namespaces/_/activations/{aid}")
-        if got.status_code == 200:
-            break
-        await asyncio.sleep(0.05)
+    got = await recorded(client, f"{r1.url}/api/v1/namespaces/_/activations/{aid}")
     assert got.status_code == 200 and annotation(got.json(), "container") == owner
 
     # load through both routers: every container has exactly one owner

@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -16,12 +17,12 @@ import time
 from pathlib import Path
 
 import httpx
-from platform_support import alive
+from platform_support import alive, recorded
 
 from gateway.cli.main import build_parser
 from gateway.cli.up import DEFAULT_API_KEY
-from gateway.router.api import MARK_DELAY
 from gateway.store import open_store
+from tests.support.wait import async_wait_until
 
 
 def free_port() -> int:
@@ -120,11 +121,7 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
             aid = resp.headers["x-openwhisk-activation-id"]
             nb = await client.post(base + "/actions/hello", json={"name": "later"})
             assert nb.status_code == 202
-            for _ in range(100):
-                got = await client.get(f"{base}/activations/{nb.json()['activationId']}")
-                if got.status_code == 200:
-                    break
-                await asyncio.sleep(0.05)
+            got = await recorded(client, f"{base}/activations/{nb.json()['activationId']}")
             assert got.json()["response"]["result"] == {"hi": "later"}
             for _ in range(100):  # the record may still sit in the other router's writer
                 logs = await client.get(f"{base}/activations/{aid}/logs")
@@ -261,6 +258,12 @@ def router_pid(router_id: str, family: set[int]) -> int:
     raise AssertionError(f"no process for {router_id}")
 
 
+def in_flight_marks(db: Path) -> int:
+    """Activations the routers marked in flight in up's store (read-only, beside them)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM in_flight").fetchone()[0])
+
+
 async def busy_routers(
     client: httpx.AsyncClient, urls: list[str], want: int, internal: dict[str, str]
 ) -> list[str]:
@@ -305,8 +308,11 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
     try:
         async with httpx.AsyncClient(auth=auth(), timeout=60) as client:
             background, waiting, victims = await two_running(client, up, 60)
-            # a blocking activation is marked in flight once it has run MARK_DELAY
-            await asyncio.sleep(4 * MARK_DELAY)
+            # a blocking activation is marked in flight once it has run MARK_DELAY: wait
+            # until both marks are in the store, so the restarted routers have them to record
+            await async_wait_until(
+                lambda: in_flight_marks(tmp_path / "platform.db") >= 2, 20, "both marks stored"
+            )
             family = descendants(up.proc.pid)
             for victim in victims:
                 os.kill(router_pid(victim, family), signal.SIGKILL)
@@ -315,11 +321,7 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
             assert failed.status_code >= 500, failed.text
             # the activation answered with 202 gets its record from the restarted router
             aid = background.json()["activationId"]
-            for _ in range(400):
-                got = await client.get(f"{up.base}/activations/{aid}")
-                if got.status_code == 200:
-                    break
-                await asyncio.sleep(0.05)
+            got = await recorded(client, f"{up.base}/activations/{aid}")
             assert got.status_code == 200, got.text
             record = got.json()
             assert record["response"]["status"] == "whisk internal error"

@@ -8,14 +8,31 @@ import select
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
-import pytest
 
-CODE = "import time\ndef main(a):\n    time.sleep(a['sleep'])\n    return {'done': a['sleep']}\n"
+from tests.support.wait import async_wait_until
+
+CODE = (
+    "import pathlib, time\n"
+    "def main(a):\n"
+    "    pathlib.Path(a['started']).touch()\n"
+    "    time.sleep(a['sleep'])\n"  # the run in flight the signal must not cut
+    "    return {'done': a['sleep']}\n"
+)
 
 
-async def test_sigterm_finishes_runs_in_flight_then_exits() -> None:
+async def refuses(url: str) -> bool:
+    try:
+        async with httpx.AsyncClient(timeout=2) as fresh:
+            await fresh.get(url + "/")
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+async def test_sigterm_finishes_runs_in_flight_then_exits(tmp_path: Path) -> None:
     proc = subprocess.Popen(  # noqa: ASYNC220 - starts at once, no wait
         [sys.executable, "-m", "gateway.runtime", "--port", "0", "--concurrency", "2"],
         stdout=subprocess.PIPE,
@@ -29,19 +46,19 @@ async def test_sigterm_finishes_runs_in_flight_then_exits() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             init = await http.post("/init", json={"value": {"code": CODE}})
             assert init.status_code == 200
+            marks = [tmp_path / "one", tmp_path / "two"]
             runs = [
-                asyncio.ensure_future(http.post("/run", json={"value": {"sleep": s}}))
-                for s in (0.6, 0.8)
+                asyncio.ensure_future(
+                    http.post("/run", json={"value": {"sleep": s, "started": str(m)}})
+                )
+                for s, m in zip((1.5, 1.7), marks, strict=True)
             ]
-            await asyncio.sleep(0.2)  # both are running
+            await async_wait_until(lambda: all(m.exists() for m in marks), 10, "both runs")
             proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.1)
-            assert proc.poll() is None  # still finishing its runs
-            with pytest.raises(httpx.ConnectError):  # but no longer accepting
-                async with httpx.AsyncClient(timeout=2) as fresh:
-                    await fresh.post(url + "/run", json={"value": {"sleep": 0}})
+            await async_wait_until(lambda: refuses(url), 5, "the listener closed")
+            assert proc.poll() is None  # no longer accepting, still finishing its runs
             done = await asyncio.gather(*runs)
-        assert [r.json() for r in done] == [{"done": 0.6}, {"done": 0.8}]
+        assert [r.json() for r in done] == [{"done": 1.5}, {"done": 1.7}]
         assert await asyncio.to_thread(proc.wait, 5) == 0
     finally:
         proc.kill()

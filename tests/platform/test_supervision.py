@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,11 +15,14 @@ from gateway.supervision import (
     BackoffSettings,
     Spec,
     StartError,
+    StartWatch,
     Supervisor,
     describe_exit,
     last_line,
+    stop_process,
 )
 from gateway.testing import FakeEventClock
+from tests.support.wait import wait_until
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -261,3 +266,46 @@ def test_a_restarted_child_that_never_serves_is_killed_and_retried(tmp_path: Pat
         assert reports[-1].endswith("restart 2 in 1 s")
     finally:
         supervisor.stop()
+
+
+def test_start_watch_on_the_fake_clock_finds_times_out_or_explains_an_exit(
+    tmp_path: Path,
+) -> None:
+    """The start check the local backend and the load-test harness share with ``up``."""
+    log = tmp_path / "child.log"
+    log.write_text("warming up\n")
+    clock = FakeEventClock()
+    found: list[int] = []
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as proc:
+        try:
+            watch = StartWatch("svc", proc, log, lambda: found[0] if found else None,
+                               timeout=5.0, clock=clock)  # fmt: skip
+            assert watch.poll() is None
+            found.append(8080)
+            assert watch.poll() == 8080
+            found.clear()
+            clock.advance(5.5)  # no wall-clock wait: the deadline is on the injected clock
+            with pytest.raises(StartError, match=r"svc did not start within 5 s: warming up"):
+                watch.poll()
+            assert stop_process(proc, grace=5.0) == -signal.SIGTERM
+        finally:
+            proc.kill()
+    argv = [sys.executable, "-c", "raise SystemExit('no config')"]
+    with log.open("ab") as err, subprocess.Popen(argv, stderr=err) as proc:
+        proc.wait()
+        watch = StartWatch("svc", proc, log, lambda: None, timeout=5.0, clock=clock)
+        with pytest.raises(StartError, match=r"svc exited at start \(exit code 1\): no config"):
+            watch.poll()
+
+
+def test_stop_process_kills_what_ignores_its_signal(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "time.sleep(60)\n"
+    )
+    with subprocess.Popen([sys.executable, "-c", code, str(ready)]) as proc:
+        wait_until(ready.exists, what="the child ignoring SIGTERM")
+        assert stop_process(proc, grace=0.2) == -signal.SIGKILL

@@ -1,4 +1,5 @@
-"""Log sentinels from a real runtime, and ActivationLogs attributing lines per activation."""
+"""Log sentinels from a real runtime, and the router's ``ContainerLogs`` attributing the lines of
+a real runtime's output files to each activation."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import re
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from gateway.router.logs import ContainerLogs
 from gateway.runtime import SENTINEL
-from gateway.runtime.logs import ActivationLogs, RuntimeStartError, format_line, read_listening
+from gateway.runtime.logsplit import format_line
+from tests.support.wait import async_wait_until
 
 CODE = """
     import sys
@@ -27,18 +31,22 @@ CODE = """
         return {}
 """
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z (stdout|stderr): (.*)$")
+RUNTIME = (sys.executable, "-m", "gateway.runtime", "--host", "127.0.0.1", "--port", "0")
+
+
+def listening_port(line: bytes) -> int:
+    name, _, port = line.decode(errors="replace").strip().partition(" ")
+    assert name == "LISTENING" and port.isdigit(), line
+    return int(port)
 
 
 @pytest.fixture
 async def runtime() -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "gateway.runtime", "--host", "127.0.0.1", "--port", "0"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        *RUNTIME, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     assert proc.stdout is not None
-    port = await read_listening(proc.stdout)
+    port = listening_port(await proc.stdout.readline())
     yield f"http://127.0.0.1:{port}", proc
     proc.kill()
     await proc.wait()
@@ -67,19 +75,28 @@ async def test_sentinels_end_every_activation_on_both_streams(
     assert await proc.stderr.readline() == sentinel
 
 
-async def test_splitter_attributes_lines_to_their_activation(
-    runtime: tuple[str, asyncio.subprocess.Process],
-) -> None:
-    url, proc = runtime
-    assert proc.stdout is not None and proc.stderr is not None
-    logs = ActivationLogs(proc.stdout, proc.stderr)
-    async with httpx.AsyncClient(base_url=url) as client:
-        await client.post("/init", json={"value": {"code": textwrap.dedent(CODE)}})
-        await client.post("/run", json={"value": {"tag": "A"}})
-        await client.post("/run", json={"value": {"tag": "B", "fail": True}})
-        await client.post("/run", json={"value": {"tag": "C"}})
-    init, run_a, run_b, run_c = [await asyncio.wait_for(logs.next(), 10) for _ in range(4)]
-    await logs.close()
+async def test_container_logs_attribute_lines_to_their_activation(tmp_path: Path) -> None:
+    """As the local backend runs it: output into files, the router reading each activation's
+    lines once its response is in (the runtime writes the sentinels before responding)."""
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(*RUNTIME, stdout=out, stderr=err)
+    try:
+        await async_wait_until(lambda: out_path.read_bytes().endswith(b"\n"), timeout=20)
+        port = listening_port(out_path.read_bytes())
+        logs = ContainerLogs(str(out_path), str(err_path))  # from here on: activations only
+        runs = []
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            await client.post("/init", json={"value": {"code": textwrap.dedent(CODE)}})
+            runs.append(await logs.take(None))
+            for value in ({"tag": "A"}, {"tag": "B", "fail": True}, {"tag": "C"}):
+                await client.post("/run", json={"value": value})
+                runs.append(await logs.take(None))
+        logs.close()
+    finally:
+        proc.kill()
+        await proc.wait()
+    init, run_a, run_b, run_c = runs
     assert texts(init) == [("stdout", "loading module")]
     assert sorted(texts(run_a)) == [
         ("stderr", "err A"),
@@ -96,52 +113,26 @@ async def test_splitter_attributes_lines_to_their_activation(
     ]
 
 
-async def test_splitter_returns_leftovers_at_eof_and_truncates() -> None:
-    out, err = asyncio.StreamReader(), asyncio.StreamReader()
-    logs = ActivationLogs(out, err, max_bytes=100, now=lambda: 0.5)
-    out.feed_data(f"one\n{SENTINEL}\n".encode() + b"x" * 50 + b"\n" + b"y" * 50 + b"\n")
-    err.feed_data(f"{SENTINEL}\n".encode())
-    out.feed_eof()
-    err.feed_eof()
-    assert await logs.next() == ["1970-01-01T00:00:00.500000Z stdout: one"]
-    second = await logs.next()
-    assert second[0].endswith("x" * 50)
-    assert second[1] == (  # OpenWhisk stores the notice as one more stderr line
-        "1970-01-01T00:00:00.500000Z stderr: "
-        "Logs were truncated because the total bytes size exceeds the limit of 100 bytes."
+async def test_container_logs_return_what_is_there_without_a_sentinel(tmp_path: Path) -> None:
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    out_path.write_bytes(b"")
+    err_path.write_bytes(b"")
+    logs = ContainerLogs(str(out_path), str(err_path))
+    with out_path.open("ab") as out:
+        out.write(f"one\n{SENTINEL}\n".encode() + b"x" * 50 + b"\n" + b"y" * 50 + b"\n")
+    with err_path.open("ab") as err:
+        err.write(f"{SENTINEL}\n".encode())
+    assert texts(await logs.take(100)) == [("stdout", "one")]
+    second = await logs.take(100)  # a failed run: no sentinel, whatever it wrote
+    assert texts(second)[0] == ("stdout", "x" * 50)
+    assert texts(second)[-1] == (  # OpenWhisk stores the notice as one more stderr line
+        "stderr",
+        "Logs were truncated because the total bytes size exceeds the limit of 100 bytes.",
     )
-    assert await logs.next() == []
-    assert logs.closed
-    await logs.close()
-
-
-async def test_read_listening_rejects_other_output() -> None:
-    reader = asyncio.StreamReader()
-    reader.feed_data(b"Traceback (most recent call last):\n")
-    with pytest.raises(RuntimeStartError, match="LISTENING"):
-        await read_listening(reader)
+    assert await logs.take(100) == []
+    logs.close()
 
 
 def test_format_line_matches_openwhisk_shape() -> None:
     assert format_line(1.25, "stderr", "x") == "1970-01-01T00:00:01.250000Z stderr: x"
     assert json.dumps(format_line(0, "stdout", "é"))  # any text is fine
-
-
-async def test_pipes_keep_draining_past_an_endless_line_and_the_limit() -> None:
-    """A 4 MB line without a newline: dropped (only ``max_bytes`` are ever held), the pipe is
-    still read to the sentinel, and the next activation's lines arrive intact."""
-    out, err = asyncio.StreamReader(), asyncio.StreamReader()
-    logs = ActivationLogs(out, err, max_bytes=100, now=lambda: 0.5)
-    for _ in range(64):
-        out.feed_data(b"z" * 65536)
-        await asyncio.sleep(0)
-    out.feed_data(f"{SENTINEL}\nnext\n{SENTINEL}\n".encode())
-    err.feed_data(f"{SENTINEL}\n{SENTINEL}\n".encode())
-    first = await asyncio.wait_for(logs.next(), 5)
-    assert first == [
-        "1970-01-01T00:00:00.500000Z stderr: "
-        "Logs were truncated because the total bytes size exceeds the limit of 100 bytes."
-    ]
-    assert await asyncio.wait_for(logs.next(), 5) == ["1970-01-01T00:00:00.500000Z stdout: next"]
-    assert not logs.closed
-    await logs.close()

@@ -40,6 +40,7 @@ from gateway.manager.backends.base import (
     new_secret,
 )
 from gateway.manager.backends.sandboxing import Sandbox, SandboxOptions
+from gateway.supervision import StartError, StartWatch
 
 log = logging.getLogger("gateway.manager.local")
 
@@ -185,36 +186,36 @@ class LocalProcessBackend:
             os.close(read)
 
     @staticmethod
-    def _first_line(path: Path) -> str | None:
+    def _listening_port(path: Path) -> int | None:
+        """The port of the runtime's first stdout line, once it is complete."""
         with open(path, "rb") as f:
             data = f.read(256)
         if b"\n" not in data:
             return None
-        return data.split(b"\n", 1)[0].decode(errors="replace").strip()
-
-    @staticmethod
-    def _tail(path: Path) -> str:
-        return path.read_bytes()[-2000:].decode(errors="replace")
+        line = data.split(b"\n", 1)[0].decode(errors="replace").strip()
+        name, _, port = line.partition(" ")
+        if name == "LISTENING" and port.isdigit():
+            return int(port)
+        raise BackendError(f"the runtime printed {line!r} instead of LISTENING <port>")
 
     async def _wait_listening(
         self, proc: subprocess.Popen[bytes], stdout_path: Path, stderr_path: Path
     ) -> int:
-        deadline = time.monotonic() + self.start_timeout
+        watch = StartWatch(
+            "the runtime",
+            proc,
+            stderr_path,
+            lambda: self._listening_port(stdout_path),
+            timeout=self.start_timeout,
+        )
         delay = 0.001
-        while True:
-            line = self._first_line(stdout_path)
-            if line is not None:
-                name, _, port = line.partition(" ")
-                if name == "LISTENING" and port.isdigit():
-                    return int(port)
-                raise BackendError(f"the runtime printed {line!r} instead of LISTENING <port>")
-            if proc.poll() is not None:
-                tail = self._tail(stderr_path)
-                raise BackendError(f"the runtime exited with {proc.returncode}: {tail}")
-            if time.monotonic() > deadline:
-                raise BackendError(f"the runtime did not listen within {self.start_timeout} s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.02)
+        try:
+            while (port := watch.poll()) is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, 0.02)
+        except StartError as exc:
+            raise BackendError(str(exc)) from None
+        return port
 
     async def remove(self, handle: ContainerHandle, grace: float) -> None:
         pid = int(handle.data["pid"])
