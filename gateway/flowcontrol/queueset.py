@@ -653,6 +653,12 @@ class QueueSet:
             demand.min = value
 
     # ------------------------------------------------------------------ wait deadlines
+    def set_wait_deadline(self, req: Request, when: float) -> None:
+        """Give a request that just queued its wait deadline (as ``start_request``'s
+        ``wait_deadline``; set afterwards so requests that run at once never compute one)."""
+        if req.state == WAITING:
+            self._add_deadline(when, req)
+
     def _add_deadline(self, when: float, req: Request) -> None:
         """One clock timer per queue set, for the earliest deadline: a heap entry costs a
         request far less memory than a timer of its own."""
