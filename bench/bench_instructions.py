@@ -72,7 +72,8 @@ def without_pf_headers(tree: Path, dest: Path) -> Path:
     source = app.read_text()
     if source.count(RELAY) != 1:
         raise RuntimeError(f"{app}: expected the line {RELAY!r} once; update this benchmark")
-    app.write_text(source.replace(RELAY, RELAY.replace("scope.get(RESPONSE_HEADERS_KEY),", "None,")))
+    without = RELAY.replace("scope.get(RESPONSE_HEADERS_KEY),", "None,")
+    app.write_text(source.replace(RELAY, without))
     return dest
 
 
