@@ -27,8 +27,9 @@ async def test_runs_now_queues_or_is_refused() -> None:
     assert c.kinds.marks["waiting", "mutating"].current == 1
     third = try_start(c, q, W1, descr="third")
     assert isinstance(third, Rejected) and third.reason == "queue-full"
-    async with try_start(c, r, W1) as held:  # a level that never queues
-        assert isinstance(held, Admission)
+    held = try_start(c, r, W1)  # a level that never queues
+    assert isinstance(held, Admission)
+    async with held:
         refused = try_start(c, r, W1)
         assert isinstance(refused, Rejected) and refused.reason == "concurrency-limit"
     async with first:
