@@ -6,19 +6,10 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
-from typing import Final
-
 from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.types import Scope
-
-DIGEST_KEY: Final = "gateway.digest"
-# True for every long-running request, watches included (the proxy gives them their own pool).
-LONG_RUNNING_KEY: Final = "gateway.long_running"
-# Headers the app itself must add to its response (set only for apps that declare
-# ``adds_response_headers = True``; others get them through a wrapped ``send``).
-RESPONSE_HEADERS_KEY: Final = "gateway.response_headers"
 
 
 class RequestDescriber:
@@ -30,7 +21,7 @@ class RequestDescriber:
     def __init__(self, authenticator: RequestAuthenticator, parser: RequestInfoParser) -> None:
         self.authenticator = authenticator
         self._parser = parser
-        self._cache: dict[tuple[object, ...], tuple[RequestDigest, bool]] = {}
+        self._cache: dict[tuple[object, ...], RequestDigest] = {}
 
     @property
     def parser(self) -> RequestInfoParser:
@@ -41,9 +32,8 @@ class RequestDescriber:
         self._parser = parser
         self._cache = {}
 
-    def describe(self, scope: Scope) -> tuple[RequestDigest, bool]:
-        """The digest and whether the request is long-running. Raises ``RequestRefused``
-        (``Unauthorized``, ``RequestInfoError``)."""
+    def describe(self, scope: Scope) -> RequestDigest:
+        """Raises ``RequestRefused`` (``Unauthorized``, ``RequestInfoError``)."""
         user = self.authenticator.authenticate(scope)
         method = scope.get("method", "GET")  # websocket handshakes are GETs
         key = (user, method, scope["path"], scope["query_string"])
@@ -51,7 +41,7 @@ class RequestDescriber:
         if found is not None:
             return found
         info, long_running = self._parser.parse(method, scope["path"], scope["query_string"])
-        found = (RequestDigest(user, info, long_running and info.verb != "watch"), long_running)
+        found = RequestDigest(user, info, long_running)
         if len(self._cache) >= self.CACHE_SIZE:
             self._cache = {}
         self._cache[key] = found

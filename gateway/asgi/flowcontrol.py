@@ -19,12 +19,13 @@ from collections.abc import Callable
 from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator
-from gateway.asgi.describe import (
-    DIGEST_KEY,
-    LONG_RUNNING_KEY,
-    RESPONSE_HEADERS_KEY,
-    RequestDescriber,
+from gateway.asgi.context import (
+    CONTEXT_KEY,
+    RequestContext,
+    SelectsApp,
+    adds_response_headers,
 )
+from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
     is_openwhisk,
@@ -80,8 +81,10 @@ class FlowControlMiddleware:
         # requests skip its layer); called once the request is admitted and estimated.
         # ``select(scope, now)``; ``now`` is a clock reading admission just took (negative:
         # none), so the choice does not need one of its own.
-        self._select: Callable[[Scope, float], ASGIApp] | None = getattr(app, "select", None)
-        self._app_adds_headers = bool(getattr(app, "adds_response_headers", False))
+        self._select: Callable[[Scope, float], ASGIApp] | None = (
+            app.select if isinstance(app, SelectsApp) else None
+        )
+        self._app_adds_headers = adds_response_headers(app)
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.
         self._factory = None if isinstance(controller, FlowController) else controller
@@ -166,7 +169,9 @@ class FlowControlMiddleware:
                 # The common case, without _run's coroutine: the app adds the PF headers.
                 # try/finally rather than ``async with started``: the same release, without
                 # two coroutines per request (see docs/performance.md).
-                scope[RESPONSE_HEADERS_KEY] = self._pf_headers(started.classification)
+                context = scope[CONTEXT_KEY]
+                assert isinstance(context, RequestContext)
+                context.response_headers = self._pf_headers(started.classification)
                 try:
                     await self._inner(scope, started.request.start_time)(scope, receive, send)
                 finally:
@@ -199,14 +204,12 @@ class FlowControlMiddleware:
         compiled, a coroutine keeps every local in its frame object, so the less it holds the
         cheaper it runs."""
         try:
-            digest, long_running = self.describer.describe(scope)
+            digest = self.describer.describe(scope)
         except RequestRefused as exc:
             return exc
-        scope[DIGEST_KEY] = digest
-        if long_running:
-            scope[LONG_RUNNING_KEY] = True
-            if digest.long_running:
-                return None
+        scope[CONTEXT_KEY] = RequestContext(digest)
+        if digest.bypasses_flow_control:
+            return None
         controller = self._controller or self.controller
         classification = controller.classify(digest)
         work = self._estimate(digest, classification, scope)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from gateway.asgi.describe import DIGEST_KEY
+from gateway.asgi.context import CONTEXT_KEY, RequestContext, adds_response_headers
 from gateway.flowcontrol.controller import Classification
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
@@ -144,16 +144,17 @@ class LearningApp:
     def __init__(self, app: ASGIApp, estimator: GatewayEstimator) -> None:
         self.app = app
         self.estimator = estimator
-        self.adds_response_headers = bool(getattr(app, "adds_response_headers", False))
+        self.adds_response_headers = adds_response_headers(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.select(scope)(scope, receive, send)
 
     def select(self, scope: Scope, now: float = -1.0) -> ASGIApp:
         """``now``: a clock reading the caller just took (negative: read one if needed)."""
-        digest: RequestDigest | None = scope.get(DIGEST_KEY)
-        if digest is None:
+        context = scope.get(CONTEXT_KEY)
+        if not isinstance(context, RequestContext):
             return self.app
+        digest = context.digest
         if scope.get(ROUTE_KEY) is not None:
             return self._timed
         info = digest.info
@@ -181,7 +182,7 @@ class LearningApp:
                 adaptive.observe(scope[ROUTE_KEY], time.monotonic() - started)
 
     async def _watched(self, scope: Scope, receive: Receive, send: Send) -> None:
-        info = scope[DIGEST_KEY].info
+        info = _digest(scope).info
         watches = self.estimator.estimator.watches
         counted = watches.register(info)
         try:
@@ -191,7 +192,7 @@ class LearningApp:
                 watches.forget(info)
 
     async def _listed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, self._list_recorder(scope[DIGEST_KEY], send))
+        await self.app(scope, receive, self._list_recorder(_digest(scope), send))
 
     def _list_recorder(self, digest: RequestDigest, send: Send) -> Send:
         chunks: list[bytes] = []
@@ -229,3 +230,10 @@ class LearningApp:
         remaining = meta.get("remainingItemCount") if isinstance(meta, dict) else None
         count = items + remaining if isinstance(remaining, int) and remaining > 0 else items
         self.estimator.estimator.observe_list(digest, count, len(body) * count // max(items, 1))
+
+
+def _digest(scope: Scope) -> RequestDigest:
+    """The digest of a request ``select`` sent here (it had a context)."""
+    context = scope[CONTEXT_KEY]
+    assert isinstance(context, RequestContext)
+    return context.digest

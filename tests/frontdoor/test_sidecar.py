@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.asgi.describe import DIGEST_KEY
+from gateway.asgi.context import request_context
 from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.flowcontrol.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
@@ -21,7 +21,9 @@ CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 
 
 async def whoami(request: Request) -> JSONResponse:
-    digest = request.scope[DIGEST_KEY]
+    context = request_context(request.scope)
+    assert context is not None  # set by admission
+    digest = context.digest
     return JSONResponse({"user": digest.user.name, "verb": digest.info.verb,
                          "resource": digest.info.resource})  # fmt: skip
 
