@@ -54,9 +54,9 @@ class AddsResponseHeaders(Protocol):
 @runtime_checkable
 class SelectsApp(Protocol):
     """An app that picks a lighter app per request (``LearningApp``: most requests skip its
-    layer). ``now``: a clock reading admission just took (negative: none)."""
+    layer)."""
 
-    def select(self, scope: Scope, now: float = -1.0) -> ASGIApp: ...
+    def select(self, scope: Scope) -> ASGIApp: ...
 
 
 def adds_response_headers(app: object) -> bool:

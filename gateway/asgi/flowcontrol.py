@@ -79,9 +79,7 @@ class FlowControlMiddleware:
         self.app = app
         # An inner app that can pick a lighter app per request (LearningApp.select: most
         # requests skip its layer); called once the request is admitted and estimated.
-        # ``select(scope, now)``; ``now`` is a clock reading admission just took (negative:
-        # none), so the choice does not need one of its own.
-        self._select: Callable[[Scope, float], ASGIApp] | None = (
+        self._select: Callable[[Scope], ASGIApp] | None = (
             app.select if isinstance(app, SelectsApp) else None
         )
         self._app_adds_headers = adds_response_headers(app)
@@ -173,7 +171,7 @@ class FlowControlMiddleware:
                 assert isinstance(context, RequestContext)
                 context.response_headers = self._pf_headers(started.classification)
                 try:
-                    await self._inner(scope, started.request.start_time)(scope, receive, send)
+                    await self._inner(scope)(scope, receive, send)
                 finally:
                     started.release()
                 return
@@ -219,9 +217,9 @@ class FlowControlMiddleware:
             watch=verb == "watch", wait_limit=self._wait_limit,
         )  # fmt: skip
 
-    def _inner(self, scope: Scope, now: float = -1.0) -> ASGIApp:
+    def _inner(self, scope: Scope) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
-        return self.app if self._select is None else self._select(scope, now)
+        return self.app if self._select is None else self._select(scope)
 
     async def _run(self, admission: Admission, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app holding the seats, adding the PF headers to its response; a watch gives

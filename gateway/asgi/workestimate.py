@@ -149,8 +149,7 @@ class LearningApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.select(scope)(scope, receive, send)
 
-    def select(self, scope: Scope, now: float = -1.0) -> ASGIApp:
-        """``now``: a clock reading the caller just took (negative: read one if needed)."""
+    def select(self, scope: Scope) -> ASGIApp:
         context = scope.get(CONTEXT_KEY)
         if not isinstance(context, RequestContext):
             return self.app
@@ -167,7 +166,7 @@ class LearningApp:
             return self.app
         if verb == "watch":
             return self._watched
-        if info.query_value("continue") or not self.estimator.should_learn(info, now):
+        if info.query_value("continue") or not self.estimator.should_learn(info):
             # A later page says nothing about the total; a recent response already told it.
             return self.app
         return self._listed

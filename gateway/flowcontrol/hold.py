@@ -55,7 +55,7 @@ class Admission:
         self.read_only = read_only
         self.watch = watch
         self._released = False
-        controller.kinds.add("executing", read_only, 1, request.start_time)  # start's reading
+        controller.kinds.add("executing", read_only, 1)
 
     @property
     def released(self) -> bool:
@@ -71,7 +71,7 @@ class Admission:
         stats = self.classification.flow_stats
         now = controller.now()
         (stats.exec_watch if self.watch else stats.exec_regular).observe(now - req.start_time)
-        controller.kinds.add("executing", self.read_only, -1, now)
+        controller.kinds.add("executing", self.read_only, -1)
         controller.finish(self.classification, req, now)
 
     async def __aenter__(self) -> Admission:
@@ -113,7 +113,7 @@ class Waiter:
         # Set now, not in ``wait``: the decision can come before the waiting task first runs.
         self._decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         request.on_decided = self._on_decided
-        controller.kinds.add("waiting", read_only, 1, request.arrival_time)
+        controller.kinds.add("waiting", read_only, 1)
 
     def _on_decided(self, _: Request) -> None:
         if not self._decided.done():
