@@ -8,10 +8,10 @@ the gateway's own endpoints. Absent for requests that never went through admissi
 
 from __future__ import annotations
 
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
 from gateway.flowcontrol.digest import RequestDigest
-from gateway.http.types import ASGIApp, Scope
+from gateway.http.types import Scope
 
 CONTEXT_KEY: Final = "gateway.request"
 
@@ -40,24 +40,3 @@ def added_headers(scope: Scope) -> Headers | None:
     """The headers an app that adds them itself must send (None: none)."""
     found = scope.get(CONTEXT_KEY)
     return found.response_headers if isinstance(found, RequestContext) else None
-
-
-@runtime_checkable
-class AddsResponseHeaders(Protocol):
-    """An app that sends ``RequestContext.response_headers`` with every response itself, so
-    admission need not wrap its ``send`` (the proxy, the gateway's endpoints)."""
-
-    @property
-    def adds_response_headers(self) -> bool: ...
-
-
-@runtime_checkable
-class SelectsApp(Protocol):
-    """An app that picks a lighter app per request (``LearningApp``: most requests skip its
-    layer)."""
-
-    def select(self, scope: Scope) -> ASGIApp: ...
-
-
-def adds_response_headers(app: object) -> bool:
-    return isinstance(app, AddsResponseHeaders) and bool(app.adds_response_headers)

@@ -22,8 +22,6 @@ from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
-    SelectsApp,
-    adds_response_headers,
 )
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
@@ -33,6 +31,7 @@ from gateway.asgi.errorformat import (
     send_refused,
     throttled_message,
 )
+from gateway.asgi.innerapp import SelectsApp, adds_response_headers
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser

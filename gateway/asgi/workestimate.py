@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from gateway.asgi.context import CONTEXT_KEY, RequestContext, adds_response_headers
+from gateway.asgi.context import CONTEXT_KEY, RequestContext
+from gateway.asgi.innerapp import adds_response_headers
 from gateway.flowcontrol.controller import Classification
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (

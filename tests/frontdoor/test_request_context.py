@@ -10,10 +10,10 @@ from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
     added_headers,
-    adds_response_headers,
     request_context,
 )
 from gateway.asgi.describe import RequestDescriber
+from gateway.asgi.innerapp import adds_response_headers
 from gateway.asgi.requestinfo import RequestInfoParser
 
 
