@@ -31,7 +31,7 @@ from gateway.asgi.errorformat import (
     send_refused,
     throttled_message,
 )
-from gateway.asgi.innerapp import SelectsApp, adds_response_headers
+from gateway.asgi.innerapp import adds_response_headers, selector
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
@@ -78,9 +78,7 @@ class FlowControlMiddleware:
         self.app = app
         # An inner app that can pick a lighter app per request (LearningApp.select: most
         # requests skip its layer); called once the request is admitted and estimated.
-        self._select: Callable[[Scope], ASGIApp] | None = (
-            app.select if isinstance(app, SelectsApp) else None
-        )
+        self._select: Callable[[Scope], ASGIApp] | None = selector(app)
         self._app_adds_headers = adds_response_headers(app)
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.

@@ -4,6 +4,7 @@ middleware is built). Not compiled: mypyc turns protocols into native classes, w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from gateway.http.types import ASGIApp, Scope
@@ -28,3 +29,8 @@ class SelectsApp(Protocol):
 
 def adds_response_headers(app: object) -> bool:
     return isinstance(app, AddsResponseHeaders) and bool(app.adds_response_headers)
+
+
+def selector(app: object) -> Callable[[Scope], ASGIApp] | None:
+    """``app.select`` when the app offers one (None: run the app itself)."""
+    return app.select if isinstance(app, SelectsApp) else None
