@@ -35,10 +35,10 @@ class Rejected(Exception):
         self.retry_after = retry_after
 
 
-class Admission:
-    """A running request's hold on its seats."""
+class _Started:
+    """A started request: running (``Admission``) or queued (``Waiter``)."""
 
-    __slots__ = ("_released", "classification", "controller", "read_only", "request", "watch")
+    __slots__ = ("classification", "controller", "read_only", "request", "watch")
 
     def __init__(
         self,
@@ -54,6 +54,23 @@ class Admission:
         self.request = request
         self.read_only = read_only
         self.watch = watch
+
+
+class Admission(_Started):
+    """A running request's hold on its seats."""
+
+    __slots__ = ("_released",)
+
+    def __init__(
+        self,
+        controller: FlowController,
+        classification: Classification,
+        request: Request,
+        *,
+        read_only: bool,
+        watch: bool,
+    ) -> None:
+        super().__init__(controller, classification, request, read_only=read_only, watch=watch)
         self._released = False
         controller.kinds.add("executing", read_only, 1)
 
@@ -86,14 +103,12 @@ class Admission:
         self.release()
 
 
-class Waiter:
+class Waiter(_Started):
     """A request queued in its level. ``wait`` returns its admission (the caller then owns the
     seats) or raises ``Rejected``; a caller that stops waiting (cancelled, or ``abandon``) leaves
     the queue, or gives back seats granted in the meantime."""
 
-    __slots__ = (
-        "_decided", "_settled", "classification", "controller", "read_only", "request", "watch",
-    )  # fmt: skip
+    __slots__ = ("_decided", "_settled")
 
     def __init__(
         self,
@@ -104,11 +119,7 @@ class Waiter:
         read_only: bool,
         watch: bool,
     ) -> None:
-        self.controller = controller
-        self.classification = classification
-        self.request = request
-        self.read_only = read_only
-        self.watch = watch
+        super().__init__(controller, classification, request, read_only=read_only, watch=watch)
         self._settled = False
         # Set now, not in ``wait``: the decision can come before the waiting task first runs.
         self._decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
 from tests.flowcontrol.test_admission import W1, assert_quiet, kinds_total, make, settle
+
+
+def holder_and_waiter(c: FlowController, q: Classification) -> tuple[Admission, Waiter]:
+    """The level's one seat held, and a request queued behind it."""
+    held = try_start(c, q, W1)
+    assert isinstance(held, Admission)
+    waiter = try_start(c, q, W1)
+    assert isinstance(waiter, Waiter)
+    return held, waiter
 
 
 async def test_runs_now_queues_or_is_refused() -> None:
@@ -60,10 +70,7 @@ async def test_wait_limit_becomes_the_deadline() -> None:
 
 async def test_waiter_abandoned_before_its_task_ran_leaves_the_queue() -> None:
     c, _, q, _ = make()
-    held = try_start(c, q, W1)
-    assert isinstance(held, Admission)
-    waiter = try_start(c, q, W1)
-    assert isinstance(waiter, Waiter)
+    held, waiter = holder_and_waiter(c, q)
     task = asyncio.ensure_future(waiter.wait())
     task.cancel()  # before its first step: ``wait`` never runs
     await settle()
@@ -78,10 +85,7 @@ async def test_waiter_abandoned_before_its_task_ran_leaves_the_queue() -> None:
 
 async def test_seats_granted_to_an_abandoned_waiter_go_back() -> None:
     c, _, q, _ = make()
-    held = try_start(c, q, W1)
-    assert isinstance(held, Admission)
-    waiter = try_start(c, q, W1)
-    assert isinstance(waiter, Waiter)
+    held, waiter = holder_and_waiter(c, q)
     held.release()  # dispatches the waiter: it holds the seat now
     assert waiter.request.state == EXECUTING
     waiter.abandon()
