@@ -60,8 +60,8 @@ def test_compiled_build_passes_the_admission_tests(tmp_path: Path) -> None:
 # once: +55% on admission's cost when the state segments were left out).
 INTERPRETED_IMPORTS = {
     "gateway.asgi.authn", "gateway.asgi.describe", "gateway.asgi.errorformat",
-    "gateway.asgi.refusal", "gateway.asgi.reject",
-    "gateway.asgi.requestinfo", "gateway.flowcontrol", "gateway.flowcontrol.admission",
+    "gateway.asgi.innerapp", "gateway.asgi.refusal", "gateway.asgi.reject",
+    "gateway.asgi.requestinfo", "gateway.flowcontrol",
     "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify", "gateway.flowcontrol.clock",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",

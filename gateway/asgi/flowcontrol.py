@@ -162,15 +162,11 @@ class FlowControlMiddleware:
         if isinstance(started, Admission):
             if kind == "http" and self._app_adds_headers and not started.watch:
                 # The common case, without _run's coroutine: the app adds the PF headers.
-                # try/finally rather than ``async with started``: the same release, without
-                # two coroutines per request (see docs/performance.md).
                 context = scope[CONTEXT_KEY]
                 assert isinstance(context, RequestContext)
                 context.response_headers = self._pf_headers(started.classification)
-                try:
+                async with started:
                     await self._inner(scope)(scope, receive, send)
-                finally:
-                    started.release()
                 return
             await self._run(started, scope, receive, send)
         elif isinstance(started, Waiter):
