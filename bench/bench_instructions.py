@@ -54,7 +54,7 @@ from bench_frontdoor import (
 from gateway.compiled import build_tree
 
 # The one line of the proxy that hands the PF headers to the response (see without_pf_headers).
-RELAY = "await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY), watch)"
+RELAY = "await self._relay(resp, receive, send, added_headers(scope), watch)"
 SETTINGS = """apiVersion: gateway.apf.dev/v1alpha1
 kind: GatewayConfiguration
 workEstimation:
@@ -74,7 +74,8 @@ def without_pf_headers(tree: Path, dest: Path) -> Path:
     source = app.read_text()
     if source.count(RELAY) != 1:
         raise RuntimeError(f"{app}: expected the line {RELAY!r} once; update this benchmark")
-    app.write_text(source.replace(RELAY, RELAY.replace("scope.get(RESPONSE_HEADERS_KEY)", "None")))
+    without = RELAY.replace("added_headers(scope),", "None,")
+    app.write_text(source.replace(RELAY, without))
     return dest
 
 

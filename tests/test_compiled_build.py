@@ -60,7 +60,7 @@ def test_compiled_build_passes_the_admission_tests(tmp_path: Path) -> None:
 # once: +55% on admission's cost when the state segments were left out).
 INTERPRETED_IMPORTS = {
     "gateway.asgi.authn", "gateway.asgi.describe", "gateway.asgi.errorformat",
-    "gateway.asgi.refusal", "gateway.asgi.reject",
+    "gateway.asgi.innerapp", "gateway.asgi.refusal", "gateway.asgi.reject",
     "gateway.asgi.requestinfo", "gateway.clock", "gateway.flowcontrol.admission",
     "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",

@@ -6,7 +6,7 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from gateway.asgi.authn import RequestAuthenticator, authenticator_from_settings
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
@@ -16,13 +16,6 @@ from gateway.reconfigure import Swap, assign
 
 if TYPE_CHECKING:
     from gateway.settings.model import AuthenticationSettings, RouteTemplateSettings
-
-DIGEST_KEY: Final = "gateway.digest"
-# True for every long-running request, watches included (the proxy gives them their own pool).
-LONG_RUNNING_KEY: Final = "gateway.long_running"
-# Headers the app itself must add to its response (set only for apps that declare
-# ``adds_response_headers = True``; others get them through a wrapped ``send``).
-RESPONSE_HEADERS_KEY: Final = "gateway.response_headers"
 
 
 Templates = tuple["RouteTemplateSettings", ...]
@@ -46,7 +39,7 @@ class RequestDescriber:
     def __init__(self, authenticator: RequestAuthenticator, parser: RequestInfoParser) -> None:
         self.authenticator = authenticator
         self._parser = parser
-        self._cache: dict[tuple[object, ...], tuple[RequestDigest, bool]] = {}
+        self._cache: dict[tuple[object, ...], RequestDigest] = {}
 
     @classmethod
     def from_settings(
@@ -70,9 +63,8 @@ class RequestDescriber:
         self._parser = parser
         self._cache = {}
 
-    def describe(self, scope: Scope) -> tuple[RequestDigest, bool]:
-        """The digest and whether the request is long-running. Raises ``RequestRefused``
-        (``Unauthorized``, ``RequestInfoError``)."""
+    def describe(self, scope: Scope) -> RequestDigest:
+        """Raises ``RequestRefused`` (``Unauthorized``, ``RequestInfoError``)."""
         user = self.authenticator.authenticate(scope)
         method = scope.get("method", "GET")  # websocket handshakes are GETs
         key = (user, method, scope["path"], scope["query_string"])
@@ -80,7 +72,7 @@ class RequestDescriber:
         if found is not None:
             return found
         info, long_running = self._parser.parse(method, scope["path"], scope["query_string"])
-        found = (RequestDigest(user, info, long_running and info.verb != "watch"), long_running)
+        found = RequestDigest(user, info, long_running)
         if len(self._cache) >= self.CACHE_SIZE:
             self._cache = {}
         self._cache[key] = found

@@ -14,8 +14,7 @@ from urllib.parse import parse_qs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from gateway.asgi.describe import DIGEST_KEY, RESPONSE_HEADERS_KEY
-from gateway.flowcontrol.digest import RequestDigest
+from gateway.asgi.context import added_headers, request_context
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.reconfigure import Swap, assign
@@ -27,7 +26,7 @@ DebugDumps = dict[str, Callable[[bool], str]]
 
 
 class LocalEndpoints:
-    # Adds ``scope[RESPONSE_HEADERS_KEY]`` to its responses (and so does the proxy behind it).
+    # Adds the context's ``response_headers`` to its responses (so does the proxy behind it).
     adds_response_headers = True
 
     def __init__(
@@ -65,7 +64,7 @@ class LocalEndpoints:
                 body = await asyncio.to_thread(generate_latest, snapshot)
                 await send_bytes(
                     send, 200, body, CONTENT_TYPE_LATEST.encode(),
-                    scope.get(RESPONSE_HEADERS_KEY),
+                    added_headers(scope),
                 )  # fmt: skip
                 return
             if path.startswith(DEBUG_PREFIX):
@@ -75,14 +74,15 @@ class LocalEndpoints:
 
     async def _allowed(self, scope: Scope, send: Send, groups: frozenset[str]) -> bool:
         """True for a user in one of ``groups``; otherwise answers 403."""
-        digest: RequestDigest | None = scope.get(DIGEST_KEY)
+        context = request_context(scope)
+        digest = context.digest if context is not None else None
         user = digest.user if digest is not None else None
         if user is not None and not groups.isdisjoint(user.groups):
             return True
         who = user.name if user is not None else "unknown user"
         await send_status(
             send, 403, f'forbidden: User "{who}" cannot get path "{scope["path"]}"',
-            headers=scope.get(RESPONSE_HEADERS_KEY),
+            headers=added_headers(scope),
         )  # fmt: skip
         return False
 
@@ -92,12 +92,12 @@ class LocalEndpoints:
         render = self.dumps.get(name)
         if render is None:
             await send_status(
-                send, 404, f"no debug dump named {name!r}", headers=scope.get(RESPONSE_HEADERS_KEY)
+                send, 404, f"no debug dump named {name!r}", headers=added_headers(scope)
             )
             return
         query = parse_qs(scope["query_string"].decode("latin-1"))
         details = bool(query.get("includeRequestDetails", [""])[0])
-        await send_bytes(send, 200, render(details).encode(), TEXT, scope.get(RESPONSE_HEADERS_KEY))
+        await send_bytes(send, 200, render(details).encode(), TEXT, added_headers(scope))
 
 
 class _Snapshot:

@@ -19,12 +19,11 @@ from collections.abc import Callable
 from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator
-from gateway.asgi.describe import (
-    DIGEST_KEY,
-    LONG_RUNNING_KEY,
-    RESPONSE_HEADERS_KEY,
-    RequestDescriber,
+from gateway.asgi.context import (
+    CONTEXT_KEY,
+    RequestContext,
 )
+from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
     is_openwhisk,
@@ -32,10 +31,10 @@ from gateway.asgi.errorformat import (
     send_refused,
     throttled_message,
 )
+from gateway.asgi.innerapp import adds_response_headers, selector
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
-from gateway.flowcontrol.admission import Admission, Rejected, admit
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -44,7 +43,7 @@ from gateway.flowcontrol.controller import (
     check_server_concurrency_limit,
 )
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
-from gateway.flowcontrol.queueset import EXECUTING, WAITING
+from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.reconfigure import Swap, Undo, assign
 from gateway.settings.load import parse_duration
@@ -56,19 +55,6 @@ PL_HEADER: Final = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT: Final = 60.0
 # Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
 MAX_BUFFERED_BODY: Final = 1024 * 1024
-
-
-class _Described:
-    """What ``_admit_at_once`` worked out before finding the request cannot run at once."""
-
-    __slots__ = ("classification", "digest", "work")
-
-    def __init__(
-        self, digest: RequestDigest, classification: Classification, work: WorkEstimate
-    ) -> None:
-        self.digest = digest
-        self.classification = classification
-        self.work = work
 
 
 def check_request_timeout(seconds: float) -> None:
@@ -102,10 +88,8 @@ class FlowControlMiddleware:
         self.app = app
         # An inner app that can pick a lighter app per request (LearningApp.select: most
         # requests skip its layer); called once the request is admitted and estimated.
-        # ``select(scope, now)``; ``now`` is a clock reading admission just took (negative:
-        # none), so the choice does not need one of its own.
-        self._select: Callable[[Scope, float], ASGIApp] | None = getattr(app, "select", None)
-        self._app_adds_headers = bool(getattr(app, "adds_response_headers", False))
+        self._select: Callable[[Scope], ASGIApp] | None = selector(app)
+        self._app_adds_headers = adds_response_headers(app)
         # A factory defers building the controller (which reads the loop's clock) to the
         # first event, so the middleware can be created at import time in a sidecar.
         self._factory = None if isinstance(controller, FlowController) else controller
@@ -126,6 +110,7 @@ class FlowControlMiddleware:
         # Which paths get OpenWhisk-shaped 401/429 (None: Kubernetes everywhere).
         self.error_format = error_format
         self.draining = False
+        self._wait_limit = self.wait_limit  # bound once: passed with every request
         # Classifications are cached by the controller, so their identity (an int key, with an
         # identity check) finds the headers without building and hashing a string per request.
         self._uid_headers: dict[int, tuple[Classification, list[tuple[bytes, bytes]]]] = {}
@@ -232,158 +217,72 @@ class FlowControlMiddleware:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The common case decides without awaiting, in a plain method: compiled, a coroutine
-        # keeps every local in its frame object, so the less it holds the cheaper it runs.
-        if self._app_adds_headers and scope["type"] == "http":
-            decided = self._admit_at_once(scope)
-            if isinstance(decided, Admission):
-                try:
-                    app = self._inner(scope, decided.request.start_time)
-                    await app(scope, receive, send)
-                finally:
-                    decided.release()
-            elif isinstance(decided, Rejected):
-                await self._reject("http", scope, send, decided, scope[RESPONSE_HEADERS_KEY])
-            else:
-                await self._general(scope, receive, send, decided)
-            return
-        await self._general(scope, receive, send, None)
-
-    def _admit_at_once(self, scope: Scope) -> Admission | Rejected | _Described | None:
-        """An HTTP request that runs now, nothing queued, for an app that adds the PF headers
-        itself: its admission (the seats are held), or in a rare race its refusal. Otherwise
-        what was worked out so far (nothing was started) or None (nothing was done), for
-        ``_general``."""
-        try:
-            digest, long_running = self.describer.describe(scope)
-        except RequestRefused:
-            return None  # _general answers it
-        if long_running:
-            return None
-        controller = self._controller or self.controller
-        classification = controller.classify(digest)
-        qs = classification.level.qs
-        info = digest.info
-        verb = info.verb
-        if verb == "watch" or qs.desired_num_queues == 0 or qs.tot_requests_waiting > 0:
-            return None
-        scope[DIGEST_KEY] = digest
-        work = self._estimate(digest, classification, scope)
-        if not qs.can_accommodate(work.max_seats):  # always true for exempt levels
-            return _Described(digest, classification, work)
-        scope[RESPONSE_HEADERS_KEY] = self._pf_headers(classification)
-        return self._start_now(controller, classification, work, digest, watch=False)
-
-    async def _general(
-        self, scope: Scope, receive: Receive, send: Send, described: _Described | None
-    ) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if described is None:
-            try:
-                digest, long_running = self.describer.describe(scope)
-            except RequestRefused as exc:
-                if kind == "http":
-                    await send_refused(scope, send, exc, self.error_format)
-                else:
-                    await send({"type": "websocket.close", "code": 1008})
+        started = self._decide(scope)
+        if isinstance(started, Admission):
+            if kind == "http" and self._app_adds_headers and not started.watch:
+                # The common case, without _run's coroutine: the app adds the PF headers.
+                context = scope[CONTEXT_KEY]
+                assert isinstance(context, RequestContext)
+                context.response_headers = self._pf_headers(started.classification)
+                async with started:
+                    await self._inner(scope)(scope, receive, send)
                 return
-            scope[DIGEST_KEY] = digest
-            if long_running:
-                scope[LONG_RUNNING_KEY] = True
-                if digest.long_running:
-                    await self.app(scope, receive, send)
-                    return
-            controller = self._controller or self.controller
-            classification = controller.classify(digest)
-            work = self._estimate(digest, classification, scope)
-        else:
-            digest, classification, work = (
-                described.digest,
-                described.classification,
-                described.work,
-            )
-            controller = self._controller or self.controller
-        pf_headers = self._pf_headers(classification)
-        info = digest.info
-        verb = info.verb
-        watch = verb == "watch"
-        read_only = verb in READ_ONLY_VERBS
-        qs = classification.level.qs
-        if qs.desired_num_queues >= 1 and (
-            qs.tot_requests_waiting > 0 or not qs.can_accommodate(work.max_seats)
-        ):
-            limit = 0.0 if self.draining else self.wait_limit(digest)
-            cm = admit(
-                controller, classification, work, wait_deadline=controller.clock.now() + limit,
-                read_only=read_only, watch=watch, descr=digest,
-            )  # fmt: skip
+            await self._run(started, scope, receive, send)
+        elif isinstance(started, Waiter):
             if kind == "http":
-                await self._queued(cm, classification, scope, receive, send, pf_headers, watch)
+                await self._queued(started, scope, receive, send)
                 return
             try:
-                admission = await cm.__aenter__()
+                admission = await started.wait()
             except Rejected as rejected:
-                await self._reject(kind, scope, send, rejected, pf_headers)
+                await self._reject(kind, scope, send, rejected)
                 return
-            await self._run(cm, admission, scope, receive, send, pf_headers, watch)
-            return
-        # Fast path: nothing is queued and the seats are free (or the level never queues), so
-        # the core decides at once; this is ``admit`` without the wait and its machinery.
-        started = self._start_now(controller, classification, work, digest, watch=watch)
-        if isinstance(started, Rejected):
-            await self._reject(kind, scope, send, started, pf_headers)
-            return
-        if not watch and kind == "http" and self._app_adds_headers:
-            # The common case, without _run's coroutine: the app adds the PF headers itself.
-            scope[RESPONSE_HEADERS_KEY] = pf_headers
-            app = self._inner(scope)
-            try:
-                await app(scope, receive, send)
-            finally:
-                started.release()
-            return
-        await self._run(None, started, scope, receive, send, pf_headers, watch)
+            await self._run(admission, scope, receive, send)
+        elif isinstance(started, Rejected):
+            await self._reject(kind, scope, send, started)
+        elif isinstance(started, RequestRefused):
+            if kind == "http":
+                await send_refused(scope, send, started, self.error_format)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+        else:  # long-running, not a watch: not flow controlled
+            await self.app(scope, receive, send)
 
-    @staticmethod
-    def _start_now(
-        controller: FlowController,
-        classification: Classification,
-        work: WorkEstimate,
-        digest: RequestDigest,
-        *,
-        watch: bool,
-    ) -> Admission | Rejected:
-        """Start a request the callers found can run at once (nothing queued, seats free, or
-        a level that never queues): its admission, or its refusal, never left queued."""
-        req = controller.start(classification, work, descr=digest)
-        if req.state != EXECUTING:
-            if req.state == WAITING:  # excluded by the callers' checks (a replaced level)
-                controller.cancel(classification, req, "time-out")
-            retry_after = controller.retry_after(classification.priority_level)
-            return Rejected(req.reason or "time-out", classification, retry_after)
-        read_only = digest.info.verb in READ_ONLY_VERBS
-        controller.kinds.add("executing", read_only, 1, req.start_time)  # start's clock read
-        return Admission(controller, classification, req, read_only=read_only, watch=watch)
+    def _decide(self, scope: Scope) -> Admission | Rejected | Waiter | RequestRefused | None:
+        """Describe, classify, estimate and start: the one admission decision, for every
+        request (None: a long-running request that bypasses flow control). A plain method:
+        compiled, a coroutine keeps every local in its frame object, so the less it holds the
+        cheaper it runs."""
+        try:
+            digest = self.describer.describe(scope)
+        except RequestRefused as exc:
+            return exc
+        scope[CONTEXT_KEY] = RequestContext(digest)
+        if digest.bypasses_flow_control:
+            return None
+        controller = self._controller or self.controller
+        classification = controller.classify(digest)
+        work = self._estimate(digest, classification, scope)
+        verb = digest.info.verb
+        return try_start(
+            controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,
+            watch=verb == "watch", wait_limit=self._wait_limit,
+        )  # fmt: skip
 
-    def _inner(self, scope: Scope, now: float = -1.0) -> ASGIApp:
+    def _inner(self, scope: Scope) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
-        return self.app if self._select is None else self._select(scope, now)
+        return self.app if self._select is None else self._select(scope)
 
-    async def _run(
-        self,
-        cm: contextlib.AbstractAsyncContextManager[Admission] | None,
-        admission: Admission,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        pf_headers: list[tuple[bytes, bytes]],
-        watch: bool,
-    ) -> None:
-        """Run the app holding the seats; ``cm`` (from ``admit``) or ``admission`` releases."""
+    async def _run(self, admission: Admission, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app holding the seats, adding the PF headers to its response; a watch gives
+        its seats back once its first body chunk is out, a websocket once answered."""
         websocket = scope["type"] == "websocket"
+        watch = admission.watch
+        pf_headers = self._pf_headers(admission.classification)
         app = self._inner(scope)
 
         async def send_with_headers(message: Message) -> None:
@@ -398,30 +297,10 @@ class FlowControlMiddleware:
                 return
             await send(message)
 
-        if cm is None:
-            try:
-                await app(scope, receive, send_with_headers)
-            finally:
-                admission.release()
-            return
-        try:
+        async with admission:
             await app(scope, receive, send_with_headers)
-        except BaseException as exc:
-            if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
-                raise
-        else:
-            await cm.__aexit__(None, None, None)
 
-    async def _queued(
-        self,
-        cm: contextlib.AbstractAsyncContextManager[Admission],
-        classification: Classification,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        pf_headers: list[tuple[bytes, bytes]],
-        watch: bool,
-    ) -> None:
+    async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
         buffered: list[Message] = []
 
@@ -437,23 +316,23 @@ class FlowControlMiddleware:
                 size += len(message.get("body", b""))
             return False
 
-        entering = asyncio.ensure_future(cm.__aenter__())
+        entering = asyncio.ensure_future(waiter.wait())
         listener = asyncio.ensure_future(listen())
         try:
             await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
             if not entering.done() and not listener.result():
                 await asyncio.wait((entering,))  # cap reached: wait without watching
         except BaseException:
-            await _abandon(cm, entering, listener)
+            await _abandon(waiter, entering, listener)
             raise
         listener.cancel()
         if not entering.done():  # the client went away while queued
-            await _abandon(cm, entering, listener)
+            await _abandon(waiter, entering, listener)
             return
         try:
             admission = entering.result()
         except Rejected as rejected:
-            await self._reject("http", scope, send, rejected, pf_headers)
+            await self._reject("http", scope, send, rejected)
             return
 
         async def replay() -> Message:
@@ -461,19 +340,13 @@ class FlowControlMiddleware:
                 return buffered.pop(0)
             return await receive()
 
-        await self._run(cm, admission, scope, replay, send, pf_headers, watch)
+        await self._run(admission, scope, replay, send)
 
-    async def _reject(
-        self,
-        kind: str,
-        scope: Scope,
-        send: Send,
-        rejected: Rejected,
-        pf_headers: list[tuple[bytes, bytes]],
-    ) -> None:
+    async def _reject(self, kind: str, scope: Scope, send: Send, rejected: Rejected) -> None:
         if kind == "websocket":
             await send({"type": "websocket.close", "code": 1013})  # try again later
             return
+        pf_headers = self._pf_headers(rejected.classification)
         if is_openwhisk(self.error_format, scope):
             qs = rejected.classification.level.qs
             in_flight = qs.tot_requests_executing + qs.tot_requests_waiting
@@ -489,9 +362,7 @@ class FlowControlMiddleware:
 
 
 async def _abandon(
-    cm: contextlib.AbstractAsyncContextManager[Admission],
-    entering: asyncio.Future[Admission],
-    listener: asyncio.Future[bool],
+    waiter: Waiter, entering: asyncio.Future[Admission], listener: asyncio.Future[bool]
 ) -> None:
     """Stop waiting; if a seat was granted in the meantime, give it back."""
     listener.cancel()
@@ -499,6 +370,6 @@ async def _abandon(
         entering.cancel()
         with contextlib.suppress(BaseException):
             await entering
-        return
-    if not entering.cancelled() and entering.exception() is None:
-        await cm.__aexit__(None, None, None)
+    if entering.done() and not entering.cancelled() and entering.exception() is None:
+        entering.result().release()
+    waiter.abandon()  # a task cancelled before it first ran never waited: leave the queue

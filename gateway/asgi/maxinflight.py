@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RequestDescriber
+from gateway.asgi.context import CONTEXT_KEY, RequestContext
+from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
     is_openwhisk,
@@ -67,14 +68,12 @@ class MaxInFlightMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            digest, long_running = self.describer.describe(scope)
+            digest = self.describer.describe(scope)
         except RequestRefused as exc:
             await send_refused(scope, send, exc, self.error_format)
             return
-        scope[DIGEST_KEY] = digest
-        if long_running:
-            scope[LONG_RUNNING_KEY] = True
-        if long_running or PRIVILEGED_GROUP in digest.user.groups:
+        scope[CONTEXT_KEY] = RequestContext(digest)
+        if digest.long_running or PRIVILEGED_GROUP in digest.user.groups:
             await self.app(scope, receive, send)
             return
         kind = "readOnly" if digest.info.is_read_only else "mutating"

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import parse_qsl
 
-from gateway.asgi.describe import DIGEST_KEY
+from gateway.asgi.context import CONTEXT_KEY, RequestContext
+from gateway.asgi.innerapp import adds_response_headers
 from gateway.flowcontrol.controller import Classification
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
@@ -155,16 +156,16 @@ class LearningApp:
     def __init__(self, app: ASGIApp, estimator: GatewayEstimator) -> None:
         self.app = app
         self.estimator = estimator
-        self.adds_response_headers = bool(getattr(app, "adds_response_headers", False))
+        self.adds_response_headers = adds_response_headers(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.select(scope)(scope, receive, send)
 
-    def select(self, scope: Scope, now: float = -1.0) -> ASGIApp:
-        """``now``: a clock reading the caller just took (negative: read one if needed)."""
-        digest: RequestDigest | None = scope.get(DIGEST_KEY)
-        if digest is None:
+    def select(self, scope: Scope) -> ASGIApp:
+        context = scope.get(CONTEXT_KEY)
+        if not isinstance(context, RequestContext):
             return self.app
+        digest = context.digest
         if scope.get(ROUTE_KEY) is not None:
             return self._timed
         info = digest.info
@@ -177,7 +178,7 @@ class LearningApp:
             return self.app
         if verb == "watch":
             return self._watched
-        if info.query_value("continue") or not self.estimator.should_learn(info, now):
+        if info.query_value("continue") or not self.estimator.should_learn(info):
             # A later page says nothing about the total; a recent response already told it.
             return self.app
         return self._listed
@@ -192,7 +193,7 @@ class LearningApp:
                 adaptive.observe(scope[ROUTE_KEY], time.monotonic() - started)
 
     async def _watched(self, scope: Scope, receive: Receive, send: Send) -> None:
-        info = scope[DIGEST_KEY].info
+        info = _digest(scope).info
         watches = self.estimator.estimator.watches
         counted = watches.register(info)
         try:
@@ -202,7 +203,7 @@ class LearningApp:
                 watches.forget(info)
 
     async def _listed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, self._list_recorder(scope[DIGEST_KEY], send))
+        await self.app(scope, receive, self._list_recorder(_digest(scope), send))
 
     def _list_recorder(self, digest: RequestDigest, send: Send) -> Send:
         chunks: list[bytes] = []
@@ -240,3 +241,10 @@ class LearningApp:
         remaining = meta.get("remainingItemCount") if isinstance(meta, dict) else None
         count = items + remaining if isinstance(remaining, int) and remaining > 0 else items
         self.estimator.estimator.observe_list(digest, count, len(body) * count // max(items, 1))
+
+
+def _digest(scope: Scope) -> RequestDigest:
+    """The digest of a request ``select`` sent here (it had a context)."""
+    context = scope[CONTEXT_KEY]
+    assert isinstance(context, RequestContext)
+    return context.digest

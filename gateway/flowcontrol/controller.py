@@ -295,6 +295,9 @@ class FlowController:
         )
         return req
 
+    def set_wait_deadline(self, classification: Classification, req: Request, when: float) -> None:
+        classification.level.qs.set_wait_deadline(req, when)
+
     def cancel(
         self, classification: Classification, req: Request, reason: str = "cancelled"
     ) -> bool:

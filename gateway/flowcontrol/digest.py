@@ -74,6 +74,11 @@ UNIT_WORK: Final = WorkEstimate()
 class RequestDigest:
     user: UserInfo
     info: RequestInfo
-    # Long-running non-watch requests (exec, proxy, logs...) bypass flow control entirely.
+    # Kubernetes' long-running requests: watches, exec, proxy, logs, ... (routes may add more).
     long_running: bool = False
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def bypasses_flow_control(self) -> bool:
+        """Long-running requests other than watches skip flow control, as in Kubernetes."""
+        return self.long_running and self.info.verb != "watch"

@@ -50,12 +50,9 @@ class RequestKindTracker:
         self._segments.on_full = self._fold
         self._key = self._segments.key(0, 0, 0, 0)
 
-    def _advance(self, now: float = -1.0) -> float:
-        """Credit the time since the last change to the state that held during it.
-        ``now``: the caller's clock reading, when it just took one (saves a read); negative:
-        read the clock."""
-        if now < 0:
-            now = self._now()
+    def _advance(self) -> float:
+        """Credit the time since the last change to the state that held during it."""
+        now = self._now()
         dt = now - self.last
         if dt > 0:
             self._segments.credit(self._key, dt)
@@ -67,10 +64,8 @@ class RequestKindTracker:
                     mark.roll(second)
         return now
 
-    def add(self, phase: str, read_only: bool, delta: int, now: float = -1.0) -> None:
-        """``now``: the caller's clock reading, when it just took one (saves a read); negative:
-        read the clock."""
-        self._advance(now)
+    def add(self, phase: str, read_only: bool, delta: int) -> None:
+        self._advance()
         key = self._key
         # The phase's base slot, without a dict look-up (a KeyError for another phase).
         if phase == "executing":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
@@ -353,14 +352,7 @@ class QueueSet:
             if seats == 1
             else _initial_work(seats, self.estimated_service),
         )
-        seats_hist = flow_stats.work_estimated_seats  # inlined Histogram.observe (hot path)
-        max_seats = req.max_seats
-        if not seats_hist.first_bound < max_seats:  # most requests: one seat, the first bucket
-            seats_hist.counts[0] += 1
-        else:
-            seats_hist.counts[bisect_left(seats_hist.buckets, max_seats)] += 1
-        seats_hist.sum += req.max_seats
-        seats_hist.count += 1
+        flow_stats.work_estimated_seats.observe(req.max_seats)
         if self.desired_num_queues < 1:
             if not self.can_accommodate(req.max_seats):
                 self._reject_now(req, "concurrency-limit")
@@ -382,11 +374,7 @@ class QueueSet:
             and not self.tot_requests_waiting
             and self.tot_seats_in_use < self.concurrency_limit
             and req.final_seats <= self.concurrency_limit
-            and (
-                self.tot_seats_in_use + req.max_seats <= self.concurrency_limit
-                if req.max_seats <= self.concurrency_limit
-                else self.tot_requests_executing == 0
-            )  # can_accommodate, inlined (hot path)
+            and self.can_accommodate(req.max_seats)
         ):
             self._dispatch_at_once(queue, req)
             return req
@@ -653,6 +641,12 @@ class QueueSet:
             demand.min = value
 
     # ------------------------------------------------------------------ wait deadlines
+    def set_wait_deadline(self, req: Request, when: float) -> None:
+        """Give a request that just queued its wait deadline (as ``start_request``'s
+        ``wait_deadline``; set afterwards so requests that run at once never compute one)."""
+        if req.state == WAITING:
+            self._add_deadline(when, req)
+
     def _add_deadline(self, when: float, req: Request) -> None:
         """One clock timer per queue set, for the earliest deadline: a heap entry costs a
         request far less memory than a timer of its own."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.asgi.describe import DIGEST_KEY, LONG_RUNNING_KEY, RESPONSE_HEADERS_KEY
+from gateway.asgi.context import added_headers, request_context
 from gateway.asgi.errorformat import (
     BAD_GATEWAY,
     GATEWAY_TIMEOUT,
@@ -23,7 +23,6 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
-from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
 from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
@@ -77,7 +76,7 @@ Observer = Callable[[str, str, float], None]
 
 
 class ProxyApp:
-    # Adds ``scope[RESPONSE_HEADERS_KEY]`` (the PF headers) to every response it sends.
+    # Adds the context's ``response_headers`` (the PF headers) to every response it sends.
     adds_response_headers = True
 
     def __init__(
@@ -161,7 +160,7 @@ class ProxyApp:
         if route is None:
             await send_status(
                 send, 404, f"no upstream serves {path}", reason="NotFound",
-                headers=scope.get(RESPONSE_HEADERS_KEY),
+                headers=added_headers(scope),
             )  # fmt: skip
             return
         # The front door made ``raw_path`` canonical (gateway.asgi.canonical): every transport
@@ -172,7 +171,8 @@ class ProxyApp:
         url = route.url + raw_path.decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
-        digest: RequestDigest | None = scope.get(DIGEST_KEY)
+        context = request_context(scope)
+        digest = context.digest if context is not None else None
         client = scope.get("client")
         try:
             headers = self.headers.request_headers(
@@ -184,7 +184,7 @@ class ProxyApp:
         except ImpersonationRefused as exc:
             await send_status(
                 send, 403, f"impersonation ({exc} header) is not accepted here "
-                "(proxy.impersonation: reject)", headers=scope.get(RESPONSE_HEADERS_KEY),
+                "(proxy.impersonation: reject)", headers=added_headers(scope),
             )  # fmt: skip
             return
         length, chunked = body_framing(scope)
@@ -196,7 +196,7 @@ class ProxyApp:
                 return
         elif length > 0 or chunked:
             body = RequestBody(receive, length)
-        long_running = bool(scope.get(LONG_RUNNING_KEY))
+        long_running = digest is not None and digest.long_running
         started = time.perf_counter()
         try:
             resp = await self.transport.send(
@@ -214,12 +214,12 @@ class ProxyApp:
             if route.error_format == OPENWHISK:  # no internal address in a platform's answer
                 await send_openwhisk_error(
                     send, code, GATEWAY_TIMEOUT if code == 504 else BAD_GATEWAY,
-                    scope.get(RESPONSE_HEADERS_KEY),
+                    added_headers(scope),
                 )  # fmt: skip
                 return
             await send_status(
                 send, code, f"upstream {route.url}: {exc.kind}: {exc}",
-                headers=scope.get(RESPONSE_HEADERS_KEY),
+                headers=added_headers(scope),
             )  # fmt: skip
             return
         if self.observe:
@@ -229,7 +229,7 @@ class ProxyApp:
         # body chunks.
         watch = not (isinstance(body, RequestBody) and not body.done)
         try:
-            await self._relay(resp, receive, send, scope.get(RESPONSE_HEADERS_KEY), watch)
+            await self._relay(resp, receive, send, added_headers(scope), watch)
         except UpstreamError as exc:
             if isinstance(body, RequestBody) and body.left:
                 log.debug("%s %s: request aborted: %s", scope["method"], path, exc)

@@ -164,6 +164,15 @@ def _drop(config: dict[str, Any]) -> None:
 
 def confine(config: dict[str, Any]) -> socket.socket:
     """Everything up to handing over to the runtime; returns the listening socket."""
+    # The runtime is loaded first: the source tree may sit below /tmp (a checkout there), which
+    # the mount namespace covers with the container's own directory, and the uid switch may
+    # take away read access to it. Only the standard library is imported lazily afterwards.
+    import gateway.runtime.__main__  # noqa: PLC0415 - before /tmp is covered
+    import gateway.runtime.action  # noqa: PLC0415 - before /tmp is covered
+    import gateway.runtime.app  # noqa: PLC0415 - before /tmp is covered
+    import gateway.runtime.context  # noqa: PLC0415 - before /tmp is covered
+    import gateway.runtime.http  # noqa: F401, PLC0415 - before /tmp is covered
+
     sock = socket.create_server((config.get("host") or "127.0.0.1", 0), backlog=128)
     if config.get("namespaces"):
         _enter_namespaces(config, sock)
@@ -171,10 +180,6 @@ def confine(config: dict[str, Any]) -> socket.socket:
     if config.get("workdir"):
         os.chdir(config["workdir"])
     os.umask(0o077)
-    # loaded before the uid may lose read access to the source tree
-    import gateway.runtime.app  # noqa: PLC0415 - before privileges drop
-    import gateway.runtime.http  # noqa: F401, PLC0415 - before privileges drop
-
     _drop(config)
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in (config.get("env") or {}).items()})

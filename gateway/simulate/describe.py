@@ -27,7 +27,7 @@ def digest_for(client: ClientSpec) -> RequestDigest:
     info, long_running = _PARSER.parse(client.method, path, query.encode("latin-1"))
     if client.verb and client.verb != info.verb:
         info = replace(info, verb=client.verb)
-    return RequestDigest(user_for(client), info, long_running and info.verb != "watch")
+    return RequestDigest(user_for(client), info, long_running)
 
 
 def user_for(client: ClientSpec) -> UserInfo:

@@ -161,7 +161,7 @@ class Simulation:
                 path=spec.path.replace("{i}", number),
             )
         digest = digest_for(spec)
-        if digest.long_running:
+        if digest.bypasses_flow_control:
             raise SimulationError(
                 f'client "{spec.name}": {spec.path} is a long-running request (exec, attach, '
                 "log, proxy, portforward); those bypass flow control, so there is nothing "

@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket
 from websockets.sync.client import connect
 
 from gateway.apfconfig import bootstrap
-from gateway.asgi.describe import DIGEST_KEY
+from gateway.asgi.context import request_context
 from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.clock import AsyncioEventClock
 from gateway.flowcontrol.controller import FlowController
@@ -36,7 +36,9 @@ CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
 
 
 async def whoami(request: Request) -> JSONResponse:
-    digest = request.scope[DIGEST_KEY]
+    context = request_context(request.scope)
+    assert context is not None  # set by admission
+    digest = context.digest
     return JSONResponse({"user": digest.user.name, "verb": digest.info.verb,
                          "resource": digest.info.resource})  # fmt: skip
 
@@ -155,7 +157,7 @@ def test_added_to_a_fastapi_app_with_add_middleware() -> None:
 
         @app.get("/api/v1/namespaces/{ns}/pods")
         async def pods(ns: str, request: Request) -> dict[str, str]:
-            digest = request.scope[DIGEST_KEY]
+            digest = request_context(request.scope).digest
             return {"user": digest.user.name, "verb": digest.info.verb,
                     "resource": digest.info.resource}  # fmt: skip
 

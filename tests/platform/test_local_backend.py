@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,35 @@ async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> No
         os.killpg(pid, 0)
     assert list((tmp_path / "containers").iterdir()) == []
     await backend.close()
+
+
+def copy_of_the_source_below_tmp() -> Path:
+    tree = Path(tempfile.mkdtemp(prefix="apf-tree-", dir="/tmp"))
+    source = Path(__file__).resolve().parents[2] / "gateway"
+    shutil.copytree(source, tree / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+    tree.chmod(0o755)
+    return tree
+
+
+async def test_a_source_tree_below_tmp_still_runs_sandboxed(tmp_path: Path) -> None:
+    """A checkout below /tmp (as CI clones may be): the sandbox covers /tmp with the container's
+    own directory, so the runtime's modules must all be loaded before that mount."""
+    backend = LocalProcessBackend(tmp_path / "state")
+    if not backend.sandbox.namespaces:
+        pytest.skip(f"no mount namespace here: {backend.sandbox.notes}")
+    tree = copy_of_the_source_below_tmp()
+    try:
+        backend.sandbox = dataclasses.replace(backend.sandbox, pythonpath=str(tree))
+        handle = await backend.create(ContainerSpec("c-tmp-tree", "python:3", 128, 1, {}))
+        try:
+            code = "def main(a):\n    return {'ok': a['x']}\n"
+            assert post(handle.url + "/init", {"value": {"code": code}}, handle.secret)[0] == 200
+            assert post(handle.url + "/run", {"value": {"x": 1}}, handle.secret) == (
+                200,
+                {"ok": 1},
+            )
+        finally:
+            await backend.remove(handle, grace=1)
+    finally:
+        await backend.close()
+        shutil.rmtree(tree, ignore_errors=True)

@@ -1,0 +1,42 @@
+"""What the front door worked out about a request, for the apps behind it: one typed object
+under one scope key, instead of loose scope keys and attributes looked up by name.
+
+Set by admission (``FlowControlMiddleware``, or ``MaxInFlightMiddleware`` with APF off) once
+the request is described; read by work estimation's learning (``LearningApp``), the proxy and
+the gateway's own endpoints. Absent for requests that never went through admission.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.flowcontrol.digest import RequestDigest
+from gateway.http.types import Scope
+
+CONTEXT_KEY: Final = "gateway.request"
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class RequestContext:
+    """``digest.long_running`` is Kubernetes' meaning (watches included: the proxy gives them
+    their own connection pool); ``digest.bypasses_flow_control`` is the non-watch part."""
+
+    __slots__ = ("digest", "response_headers")
+
+    def __init__(self, digest: RequestDigest) -> None:
+        self.digest = digest
+        # Headers the app must add to its response itself (the PF headers); set only for apps
+        # that declare ``adds_response_headers`` (others get them through a wrapped ``send``).
+        self.response_headers: Headers | None = None
+
+
+def request_context(scope: Scope) -> RequestContext | None:
+    found = scope.get(CONTEXT_KEY)
+    return found if isinstance(found, RequestContext) else None
+
+
+def added_headers(scope: Scope) -> Headers | None:
+    """The headers an app that adds them itself must send (None: none)."""
+    found = scope.get(CONTEXT_KEY)
+    return found.response_headers if isinstance(found, RequestContext) else None
