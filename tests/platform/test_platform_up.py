@@ -95,16 +95,21 @@ def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
+def wait_up(proc: subprocess.Popen[bytes]) -> None:
+    """Until ``up`` says it is up (its first line), at most 30 s."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline().decode() if ready else ""
+    assert line.startswith("apf-gateway is up"), line
+
+
 async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
     config = tmp_path / "tenants.yaml"
     config.write_text(TENANTS_CONFIG)
     proc = start_up(port, tmp_path, "--config", str(config))
-    assert proc.stdout is not None
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        line = proc.stdout.readline().decode() if ready else ""
-        assert line.startswith("apf-gateway is up"), line
+        wait_up(proc)
         base = f"http://127.0.0.1:{port}/api/v1/namespaces/_"
         uuid, _, key = DEFAULT_API_KEY.partition(":")
         async with httpx.AsyncClient(auth=(uuid, key), timeout=30) as client:

@@ -4,14 +4,13 @@ answers by itself (401 for a wrong key, 429 from APF), and only the API reaches 
 from __future__ import annotations
 
 import asyncio
-import select
 import signal
 import time
 from pathlib import Path
 
 import httpx
 from platform_support import openwhisk_error
-from test_platform_up import TENANTS_CONFIG, free_port, start_up
+from test_platform_up import TENANTS_CONFIG, free_port, start_up, wait_up
 
 from gateway.cli.up import DEFAULT_API_KEY
 
@@ -45,11 +44,8 @@ async def test_up_answers_openwhisk_errors_on_the_api(tmp_path: Path) -> None:
     config = tmp_path / "one-seat.yaml"
     config.write_text(ONE_SEAT_CONFIG)
     proc = start_up(port, tmp_path, "--config", str(config))
-    assert proc.stdout is not None
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        line = proc.stdout.readline().decode() if ready else ""
-        assert line.startswith("apf-gateway is up"), line
+        wait_up(proc)
         root = f"http://127.0.0.1:{port}"
         base = f"{root}/api/v1/namespaces/_"
         uuid, _, key = DEFAULT_API_KEY.partition(":")
