@@ -61,7 +61,7 @@ def test_compiled_build_passes_the_admission_tests(tmp_path: Path) -> None:
 INTERPRETED_IMPORTS = {
     "gateway.asgi.authn", "gateway.asgi.describe", "gateway.asgi.errorformat",
     "gateway.asgi.innerapp", "gateway.asgi.refusal", "gateway.asgi.reject",
-    "gateway.asgi.requestinfo", "gateway.clock", "gateway.flowcontrol.admission",
+    "gateway.asgi.requestinfo", "gateway.clock",
     "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
