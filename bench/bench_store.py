@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import aiosqlite
 
 from gateway.store import ActivationWriter, open_store
-from gateway.store.base import activation_key
-from gateway.store.postgres import PostgresStore, _dumps
+from gateway.store.base import activation_key, dump_doc
+from gateway.store.postgres import PostgresStore
 from gateway.store.sqlite import _UPSERT_ACTIVATION, MIGRATIONS
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -97,7 +97,7 @@ async def via_aiosqlite(path: str, recs: list[dict[str, Any]], size: int) -> flo
             await db.execute(statement)
         begin = time.perf_counter()
         for chunk in chunks(recs, size):
-            rows = [(*activation_key(r), _dumps(r)) for r in chunk]
+            rows = [(*activation_key(r), dump_doc(r)) for r in chunk]
             await db.execute("BEGIN IMMEDIATE")
             await db.executemany(_UPSERT_ACTIVATION, rows)
             await db.execute("COMMIT")
@@ -116,7 +116,7 @@ async def via_pg_executemany(url: str, recs: list[dict[str, Any]], size: int) ->
     )
     begin = time.perf_counter()
     for chunk in chunks(recs, size):
-        await store.pool.executemany(sql, [(*activation_key(r), _dumps(r)) for r in chunk])
+        await store.pool.executemany(sql, [(*activation_key(r), dump_doc(r)) for r in chunk])
     elapsed = time.perf_counter() - begin
     await store.close()
     return elapsed
