@@ -144,11 +144,11 @@ class FlowController:
                 level.set_config(pl_config)
         for name, level in list(self.levels.items()):
             if name not in pls:
+                # Marked even when removed at once: a stale classification sees it.
+                level.quiescing = True
                 if level.qs.is_idle:
                     level.sync()
                     del self.levels[name]
-                else:
-                    level.quiescing = True
         schemas = []
         self.dangling = []
         for fs in config.flow_schemas:
@@ -277,14 +277,10 @@ class FlowController:
         wait_deadline: float | None = None,
         descr: Any = None,
     ) -> Request:
-        """Start a request: EXECUTING now, WAITING (set ``on_decided``), or REJECTED."""
-        level = classification.level
-        if level.name not in self.levels:  # reconfigured since classification
-            classification = (
-                self.classify(descr) if isinstance(descr, RequestDigest) else classification
-            )
-            level = classification.level
-        req = level.qs.start_request(
+        """Start a request in its classification's level: EXECUTING now, WAITING (set
+        ``on_decided``), or REJECTED. Re-classifying a stale classification is the caller's
+        job (``hold.try_start``): the caller must finish in the level it started in."""
+        req = classification.level.qs.start_request(
             work,
             classification.hash_value,
             classification.flow_stats,

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from gateway.flowcontrol.controller import Classification, FlowController
-from gateway.flowcontrol.digest import WorkEstimate
+from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
 from gateway.flowcontrol.queueset import EXECUTING, WAITING, Request
 
 # How long a request that has to queue may wait, in seconds, given its ``descr``; called only
@@ -189,8 +189,12 @@ def try_start(
     wait_limit: WaitLimit | None = None,
 ) -> Admission | Rejected | Waiter:
     """The admission decision, the same for every request: run now, refused, or queued.
-    ``descr`` (the request digest) re-classifies a request whose level was replaced since it
-    was classified; ``wait_limit``: how long a queued request may wait (None: no limit)."""
+    ``descr`` (the request digest) re-classifies a request whose level is being removed since
+    it was classified (a caller that awaited across a reload); the outcome carries the
+    classification it started under, so its release reaches the same level. ``wait_limit``:
+    how long a queued request may wait (None: no limit)."""
+    if classification.level.quiescing and isinstance(descr, RequestDigest):
+        classification = controller.classify(descr)
     req = controller.start(classification, work, descr=descr)
     started = _outcome(controller, classification, req, read_only=read_only, watch=watch)
     if started is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.flowcontrol.controller import Classification, FlowController
+from gateway.flowcontrol.admission import admit
+from gateway.flowcontrol.controller import Classification, FlowController, SimpleObjectSet
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.flowcontrol.queueset import EXECUTING, WAITING
+from tests.flowcontrol.builders import flow_schema, reject_level, resource_request, rule, user
 from tests.flowcontrol.test_admission import W1, assert_quiet, kinds_total, make, settle
 
 
@@ -90,3 +92,65 @@ async def test_seats_granted_to_an_abandoned_waiter_go_back() -> None:
     assert waiter.request.state == EXECUTING
     waiter.abandon()
     assert_quiet(c, q)
+
+
+def without_level_q(c: FlowController) -> None:
+    """A reload that deletes level ``q`` and sends alice's schema to ``r``."""
+    c.apply(
+        SimpleObjectSet(
+            (
+                flow_schema("fq", "r", rule(user("alice")), precedence=10),
+                flow_schema("fr", "r", rule(user("bob")), precedence=10),
+            ),
+            (reject_level("r", 5),),
+        )
+    )
+
+
+async def test_classified_before_a_reload_that_removed_its_level_runs_in_the_new_one() -> None:
+    c, _, _, _ = make()
+    alice = resource_request("alice")
+    stale = c.classify(alice)  # the caller awaits here; a reload removes its level
+    without_level_q(c)
+    assert "q" not in c.levels
+    started = try_start(c, stale, W1, descr=alice)
+    assert isinstance(started, Admission)
+    assert started.classification.priority_level == "r"
+    r = started.classification
+    assert r.level.qs.tot_seats_in_use == 1 and r.flow_stats.executing_requests == 1
+    started.release()  # gives the seat back to the level it started in
+    assert_quiet(c, r)
+    again = try_start(c, r, W1)  # r's one seat is free again
+    assert isinstance(again, Admission)
+    again.release()
+
+
+async def test_classified_before_a_reload_that_retired_its_busy_level_runs_in_the_new_one() -> None:
+    c, _, q, _ = make()
+    alice = resource_request("alice")
+    busy = try_start(c, q, W1)  # keeps the old level alive, quiescing
+    assert isinstance(busy, Admission)
+    without_level_q(c)
+    assert c.levels["q"].quiescing
+    started = try_start(c, q, W1, descr=alice)  # the old level would have queued it
+    assert isinstance(started, Admission)
+    assert started.classification.level is c.levels["r"]
+    full = try_start(c, q, W1, descr=alice)  # refused by r (no queues), not queued in q
+    assert isinstance(full, Rejected) and full.reason == "concurrency-limit"
+    assert full.classification.priority_level == "r"
+    assert q.level.qs.tot_requests_waiting == 0
+    started.release()
+    busy.release()
+    assert "q" not in c.levels  # reaped once idle
+    assert_quiet(c, started.classification)
+
+
+async def test_admit_across_a_reload_releases_in_the_level_it_ran_in() -> None:
+    c, _, _, _ = make()
+    alice = resource_request("alice")
+    stale = c.classify(alice)
+    await settle()  # the caller awaits between classification and admission ...
+    without_level_q(c)  # ... and a reload lands meanwhile
+    async with admit(c, stale, W1, descr=alice) as admission:
+        assert admission.classification.priority_level == "r"
+    assert_quiet(c, admission.classification)
