@@ -49,8 +49,11 @@ def raw_upstream(answer: bool) -> Iterator[str]:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         stop.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (close alone does not)
         listener.close()
         thread.join(5)
+        assert not thread.is_alive()
         for conn in held:
             conn.close()
 
