@@ -7,6 +7,7 @@ calls ``/release/{id}``, so saturation is reached by counting, never by sleeping
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +24,26 @@ from gateway.server import Gateway, uvicorn_config
 from gateway.settings.sources import LoadedConfig, load_config
 
 
+class _Server(uvicorn.Server):
+    """uvicorn looks at ``should_exit`` every 0.1 s; a test's ``stop`` also wakes it at once
+    (teardown is most of many front-door tests' wall time)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.exit_now = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.exit_now.wait(), 0.1)
+
+    def exit_soon(self) -> None:
+        self.should_exit = True
+        self.exit_now.set()
+
+
 class ServerThread:
     def __init__(
         self, make_app: Callable[[asyncio.AbstractEventLoop], ASGIApp], *, lifespan: str = "off"
@@ -31,7 +52,7 @@ class ServerThread:
         self.lifespan = lifespan
         self.loop = asyncio.new_event_loop()
         self.app: Any = None
-        self.server: uvicorn.Server | None = None
+        self.server: _Server | None = None
         self.port = 0
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -49,7 +70,7 @@ class ServerThread:
                     self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
                     lifespan=self.lifespan, log_level="warning", access_log=False,
                 )  # fmt: skip
-            self.server = uvicorn.Server(config)
+            self.server = _Server(config)
             self.loop.run_until_complete(self._serve())
         except BaseException as exc:
             self._error = exc
@@ -93,8 +114,10 @@ class ServerThread:
         return box[0]
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.should_exit = True
+        server = self.server
+        if server is not None and self.thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self.loop.call_soon_threadsafe(server.exit_soon)
         self.thread.join(10)
 
 
