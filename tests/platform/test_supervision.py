@@ -13,6 +13,7 @@ import pytest
 from gateway.supervision import (
     Backoff,
     BackoffSettings,
+    GracefulStop,
     Spec,
     StartError,
     StartWatch,
@@ -309,3 +310,47 @@ def test_stop_process_kills_what_ignores_its_signal(tmp_path: Path) -> None:
     with subprocess.Popen([sys.executable, "-c", code, str(ready)]) as proc:
         wait_until(ready.exists, what="the child ignoring SIGTERM")
         assert stop_process(proc, grace=0.2) == -signal.SIGKILL
+
+
+def test_graceful_stop_on_the_fake_clock_escalates_once_and_spares_a_reused_pid() -> None:
+    """The one stop-with-grace of ``stop_process`` and the local backend's ``remove``."""
+    clock = FakeEventClock()
+    sent: list[int] = []
+    running = [True]
+    stop = GracefulStop(sent.append, lambda: running[0], grace=5.0, kill_wait=2.0, clock=clock)
+    assert sent == [signal.SIGTERM, signal.SIGCONT]  # a paused process must act on it too
+    clock.advance(4.9)
+    assert not stop.poll() and sent == [signal.SIGTERM, signal.SIGCONT]
+    clock.advance(0.1)
+    assert not stop.poll() and sent[-1] == signal.SIGKILL
+    clock.advance(1.0)
+    assert not stop.poll() and sent.count(signal.SIGKILL) == 1  # SIGKILL is sent once
+    clock.advance(1.0)
+    assert stop.poll() and not stop.gone  # stuck after SIGKILL: given up after kill_wait
+    running[0] = False
+    assert stop.poll() and stop.gone
+
+    # ``alive`` is asked before every signal: a pid no longer ours is never signalled
+    sent.clear()
+    assert GracefulStop(sent.append, lambda: False, grace=0.0, clock=clock).poll()
+    assert sent == []
+    answers = iter([True, False])  # ours at the SIGTERM, someone else's at the deadline
+    stop = GracefulStop(sent.append, lambda: next(answers), grace=1.0, clock=clock)
+    clock.advance(1.0)
+    assert stop.poll() and stop.gone and signal.SIGKILL not in sent
+
+
+def test_stop_process_lets_a_paused_child_stop_gracefully(tmp_path: Path) -> None:
+    """A SIGTERM that a process handles stays pending while it is stopped: without the SIGCONT
+    after it, a paused child would sit out the whole grace period and be killed."""
+    ready = tmp_path / "ready"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "time.sleep(60)\n"  # idles until it is signalled
+    )
+    with subprocess.Popen([sys.executable, "-c", code, str(ready)]) as proc:
+        wait_until(ready.exists, what="the child handling SIGTERM")
+        proc.send_signal(signal.SIGSTOP)
+        assert stop_process(proc, grace=10.0) == 3
