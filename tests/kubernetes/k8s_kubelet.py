@@ -36,10 +36,10 @@ class ProcessKubelet:
         )
         port = container["ports"][0]["containerPort"]
         assert "tcpSocket" in container["readinessProbe"]
-        while not await _accepts("127.0.0.1", port):
+        while not await _accepts("127.0.0.1", port):  # the readiness probe, until the pod ends
             if self.procs[name].poll() is not None:
                 return
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the probe's period
         await cluster.set_status(name, ns, ready_status("127.0.0.1"))
 
     async def stop(self, name: str, grace: int) -> None:

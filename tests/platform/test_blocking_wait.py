@@ -4,7 +4,6 @@ completes and is recorded later."""
 
 from __future__ import annotations
 
-import asyncio
 import select
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from test_platform_up import free_port
 
 from gateway.cli.up import DEFAULT_API_KEY
+from tests.support.wait import async_wait_for
 
 SLEEPER = """import time
 def main(a):
@@ -55,13 +55,15 @@ async def invoke_past_the_wait(port: int, sleep: float, timeout_ms: int) -> dict
         aid = resp.json()["activationId"]
         assert list(resp.json()) == ["activationId"] and len(aid) == 32
         assert resp.headers["x-openwhisk-activation-id"] == aid
-        for _ in range(int((sleep + 30) / 0.1)):
+
+        async def record() -> dict[str, Any] | None:
             got = await client.get(f"{base}/activations/{aid}")
             if got.status_code == 200:
                 return dict(got.json())
-            assert got.status_code == 404, got.text
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"activation {aid} was never recorded")
+            assert got.status_code == 404, got.text  # not yet recorded
+            return None
+
+        return await async_wait_for(record, sleep + 30, f"activation {aid} recorded", 0.1)
 
 
 async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: Path) -> None:

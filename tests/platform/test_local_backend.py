@@ -127,8 +127,8 @@ async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> No
 
     backend = LocalProcessBackend(tmp_path)
     create = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3")))
-    while not backend._children:  # noqa: ASYNC110 - started, not yet listening: nothing to await
-        await asyncio.sleep(0.001)
+    # started, not yet listening (closely polled: the runtime starts in a few tens of ms)
+    await async_wait_until(lambda: backend._children, what="the runtime started", interval=0.001)
     (pid,) = backend._children
     create.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -139,10 +139,12 @@ def test_a_dead_child_is_restarted_with_back_off_and_stops_in_reverse_order(
         supervisor.wait_ready(30)
         first.proc.kill()
         first.proc.wait()
-        deadline = time.monotonic() + 30
-        while not any("serving again" in r for r in reports) and time.monotonic() < deadline:
+
+        def restarted() -> bool:
             supervisor.tick()
-            time.sleep(0.05)
+            return any("serving again" in r for r in reports)
+
+        wait_until(restarted, 30, "a serving again", interval=0.05)
         assert reports[0] == "a exited (killed by SIGKILL): serving a; restart 1 in 0.2 s"
         assert "a is serving again at http://127.0.0.1:1/a (restart 1)" in reports
         again = supervisor.child("a")
@@ -168,13 +170,13 @@ def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -
     try:
         supervisor.add(Spec("chatty", _python(code), tmp_path / "c.log"))
         supervisor.wait_ready(30)
-        deadline = time.monotonic() + 30
-        text = ""
-        while not ("done" in text and "line 1999 " in text) and time.monotonic() < deadline:
+
+        def logged() -> bool:
             supervisor.tick()
-            time.sleep(0.02)
             text = (tmp_path / "c.log").read_text()
-        assert "done" in text and "line 1999 " in text
+            return "done" in text and "line 1999 " in text
+
+        wait_until(logged, 30, "all the child printed in its log", interval=0.02)
     finally:
         supervisor.stop()
 
