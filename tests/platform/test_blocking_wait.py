@@ -7,13 +7,12 @@ from __future__ import annotations
 import select
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from test_platform_up import free_port
+from test_platform_up import free_port, start_up
 
 from gateway.cli.up import DEFAULT_API_KEY
 from tests.support.wait import async_wait_for
@@ -25,12 +24,9 @@ def main(a):
 """
 
 
-def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "gateway", "up", "--listen", f"127.0.0.1:{port}"]
-    argv += ["--state-dir", str(state), "--routers", "1", "--prewarm", "", *extra]
-    return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    )
+def start_one_router(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``up`` with one router and no stem cell."""
+    return start_up(port, state, "--prewarm", "", *extra, routers=1)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> str:
@@ -68,7 +64,7 @@ async def invoke_past_the_wait(port: int, sleep: float, timeout_ms: int) -> dict
 
 async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: Path) -> None:
     port = free_port()
-    proc = start_up(port, tmp_path, "--max-blocking-wait", "1")
+    proc = start_one_router(port, tmp_path, "--max-blocking-wait", "1")
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -83,7 +79,7 @@ async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: P
 
 
 def test_up_refuses_a_read_timeout_that_would_cut_blocking_invokes(tmp_path: Path) -> None:
-    proc = start_up(
+    proc = start_one_router(
         free_port(), tmp_path, "--max-blocking-wait", "5", "--upstream-read-timeout", "5"
     )
     out = proc.communicate(timeout=30)[0].decode()
@@ -95,7 +91,7 @@ def test_up_refuses_a_read_timeout_that_would_cut_blocking_invokes(tmp_path: Pat
 async def test_default_settings_answer_202_after_60_seconds_not_504(tmp_path: Path) -> None:
     """The defaults themselves: OpenWhisk's 60 s blocking wait behind the front door."""
     port = free_port()
-    proc = start_up(port, tmp_path)
+    proc = start_one_router(port, tmp_path)
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
