@@ -6,14 +6,17 @@ in tests). ``Child`` and ``Supervisor`` are the thin I/O shell: ``subprocess`` c
 stderr goes to a log file, so that an exit can be explained by the last line written there.
 ``apf-gateway up`` is the first user; the shell is synchronous and polls, so it needs no event
 loop of its own. ``StartWatch`` (a start: readiness, or an early exit or silence explained by the
-log's last line) and ``stop_process`` (signal, grace, SIGKILL) are the pieces the local
-container backend and the load-test harness share with it.
+log's last line) and ``GracefulStop`` / ``stop_process`` (signal, grace, SIGKILL; of a process
+or a process group) are the pieces the local container backend and the load-test harness share
+with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -165,6 +168,100 @@ class StartWatch(Generic[T]):
         return found
 
 
+class GracefulStop:
+    """One stop with a grace period: ``sig`` at once, SIGKILL once ``grace`` s have passed and
+    the process still runs, over once it is gone (or ``kill_wait`` s after the SIGKILL: a
+    process stuck in the kernel is given up on). ``send`` delivers a signal (to one process, or
+    a process group: ``group``); ``alive`` is asked before every signal, the caller's guard
+    against signalling a pid the kernel has since given to another process. Callers poll from a
+    thread (``wait``) or an event loop (their own sleep between polls), as with ``StartWatch``;
+    the deadlines are on ``clock``."""
+
+    def __init__(
+        self,
+        send: Callable[[int], None],
+        alive: Callable[[], bool],
+        *,
+        grace: float,
+        sig: int = signal.SIGTERM,
+        kill_wait: float | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.send = send
+        self.alive = alive
+        self.kill_wait = kill_wait
+        self.clock: Clock = clock or MonotonicClock()
+        self.deadline = self.clock.now() + grace
+        self.killed_at: float | None = None
+        self.gone = False
+        if alive():
+            self._send(sig)
+            self._send(signal.SIGCONT)  # a stopped (paused) process handles ``sig`` only now
+
+    @classmethod
+    def process(
+        cls,
+        proc: subprocess.Popen[bytes],
+        *,
+        grace: float,
+        sig: int = signal.SIGTERM,
+        kill_wait: float | None = None,
+        clock: Clock | None = None,
+    ) -> GracefulStop:
+        """The stop of a child (its ``Popen`` reaps it and knows when its pid is no longer
+        ours)."""
+        alive = functools.partial(_running, proc)
+        return cls(proc.send_signal, alive, grace=grace, sig=sig, kill_wait=kill_wait, clock=clock)
+
+    @classmethod
+    def group(
+        cls,
+        pgid: int,
+        alive: Callable[[], bool],
+        *,
+        grace: float,
+        kill_wait: float | None = None,
+        clock: Clock | None = None,
+    ) -> GracefulStop:
+        """SIGTERM to process group ``pgid``, which may have no ``Popen`` here (the local
+        backend's containers after a manager restart)."""
+        send = functools.partial(os.killpg, pgid)
+        return cls(send, alive, grace=grace, kill_wait=kill_wait, clock=clock)
+
+    def _send(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # gone since ``alive`` was asked
+            self.send(sig)
+
+    def poll(self) -> bool:
+        """Whether the stop is over (``gone`` says how); SIGKILL when the grace is over."""
+        if not self.alive():
+            self.gone = True
+            return True
+        now = self.clock.now()
+        if self.killed_at is None:
+            if now >= self.deadline:
+                self.killed_at = now
+                self._send(signal.SIGKILL)
+            return False
+        return self.kill_wait is not None and now - self.killed_at >= self.kill_wait
+
+    def wait(self, interval: float = 0.01) -> bool:
+        """Poll until the stop is over; whether the process is gone."""
+        while not self.poll():
+            time.sleep(interval)
+        return self.gone
+
+    async def wait_async(self, interval: float = 0.01) -> bool:
+        """``wait`` on an event loop."""
+        while not self.poll():  # noqa: ASYNC110 - no event for another process's exit
+            await asyncio.sleep(interval)
+        return self.gone
+
+
+def _running(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is None
+
+
 def stop_process(
     proc: subprocess.Popen[bytes],
     *,
@@ -173,15 +270,9 @@ def stop_process(
     kill_wait: float | None = None,
 ) -> int:
     """``sig``, wait up to ``grace`` s, then SIGKILL (waiting up to ``kill_wait``, default for
-    ever); the exit code."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(kill_wait)
+    ever: ``subprocess.TimeoutExpired`` after it); the exit code."""
+    if not GracefulStop.process(proc, grace=grace, sig=sig, kill_wait=kill_wait).wait():
+        raise subprocess.TimeoutExpired(proc.args, kill_wait or 0.0)
     return int(proc.returncode)
 
 

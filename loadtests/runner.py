@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.supervision import stop_process
 from loadtests import platform, procs, report, scenario
 from loadtests.balancer import Balancer
 from loadtests.sampler import Sampler, scrape
@@ -249,12 +250,8 @@ def run(opts: Options) -> Path:
             if not st.load_start and any(event_dir.glob("*.jsonl")):
                 st.load_start = time.time()
             if time.time() > started + duration + 90:
-                locust.send_signal(signal.SIGINT)
-                say(opts, "locust overran its run time; interrupted")
-                try:
-                    locust.wait(20)
-                except subprocess.TimeoutExpired:
-                    locust.kill()
+                say(opts, "locust overran its run time; interrupting it")
+                stop_process(locust, grace=20, sig=signal.SIGINT)
             time.sleep(0.1)
         locust_rc = locust.returncode
         log.close()
@@ -266,11 +263,7 @@ def run(opts: Options) -> Path:
     finally:
         stop_events.set()
         if locust is not None and locust.poll() is None:  # interrupted: stop the generator
-            locust.send_signal(signal.SIGINT)
-            try:
-                locust.wait(15)
-            except subprocess.TimeoutExpired:
-                locust.kill()
+            stop_process(locust, grace=15, sig=signal.SIGINT)
         if sampler is not None:
             sampler.stop()
         if st.balancer is not None:

@@ -1,6 +1,7 @@
 """The package boundaries of docs/architecture.md, checked on the source: every import of every
 module under ``gateway/`` (module level, function level and ``TYPE_CHECKING`` alike), read
-with ``ast`` so that nothing is imported and a lazy import cannot hide an edge."""
+with ``ast`` so that nothing is imported and a lazy import cannot hide an edge. No cycles
+between modules, nor between packages (``gateway/<package>/``, or a top-level module)."""
 
 from __future__ import annotations
 
@@ -152,6 +153,60 @@ def test_no_import_cycles() -> None:
         pytest.fail(
             "import cycles (every import inside each; break one per cycle):\n" + "\n".join(lines)
         )
+
+
+def package(module: str) -> str:
+    """The gateway package a module belongs to: ``gateway.asgi.authn`` -> ``gateway.asgi``; a
+    top-level module (``gateway.server``) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+# Package cycles that are needed, with the reason; each must still exist (a stale entry fails).
+ALLOWED_PACKAGE_CYCLES: dict[frozenset[str], str] = {}
+
+
+def package_cycles(edges: list[Edge]) -> list[list[str]]:
+    """Cycles between packages: modules may import one another one way only, package by package
+    (``asgi`` may use ``settings``, then nothing of ``settings`` may import ``asgi``)."""
+    between = [e for e in edges if package(e.source) != package(e.target)]
+    return cycles([Edge(package(e.source), e.path, e.line, package(e.target)) for e in between])
+
+
+def test_no_import_cycles_between_packages() -> None:
+    found = package_cycles(EDGES)
+    lines = []
+    for component in found:
+        if frozenset(component) in ALLOWED_PACKAGE_CYCLES:
+            continue
+        members = set(component)
+        edges = [
+            e
+            for e in EDGES
+            if package(e.source) in members
+            and package(e.target) in members
+            and package(e.source) != package(e.target)
+        ]
+        lines.append(" <-> ".join(component) + report(edges))
+    if lines:
+        pytest.fail(
+            "import cycles between packages (every import inside each; move what both need "
+            "to a module neither imports, or let the consumer define a Protocol):\n"
+            + "\n".join(lines)
+        )
+    stale = set(ALLOWED_PACKAGE_CYCLES) - {frozenset(c) for c in found}
+    assert not stale, f"allowed package cycles that no longer exist: {stale}"
+
+
+def test_a_package_cycle_is_found_where_modules_do_not_cycle() -> None:
+    # asgi.authn -> settings.model and settings.load -> asgi.authn: no module cycle, yet the
+    # two packages depend on each other (the parse_cidrs cycle, type-only import included)
+    edges = [
+        Edge("gateway.asgi.authn", "a.py", 1, "gateway.settings.model"),
+        Edge("gateway.settings.load", "b.py", 1, "gateway.asgi.authn"),
+        Edge("gateway.settings.load", "b.py", 2, "gateway.settings.model"),
+    ]
+    assert cycles(edges) == []
+    assert package_cycles(edges) == [["gateway.asgi", "gateway.settings"]]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

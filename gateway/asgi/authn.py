@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,11 +25,10 @@ from gateway.asgi.credentials import (
 from gateway.asgi.refusal import RequestRefused
 from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
 from gateway.http.types import Scope
+from gateway.networks import Network, in_networks, parse_cidrs
 
 if TYPE_CHECKING:
     from gateway.settings.model import AuthenticationSettings
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class Unauthorized(RequestRefused):
@@ -59,13 +57,7 @@ class FrontProxyConfig:
         object.__setattr__(self, "_extra", _lower(self.extra_header_prefixes))
 
     def trusts(self, client: tuple[str, int] | None) -> bool:
-        if client is None or not self.allowed_cidrs:
-            return False
-        try:
-            addr = ipaddress.ip_address(client[0])
-        except ValueError:
-            return False
-        return any(addr in net for net in self.allowed_cidrs)
+        return client is not None and in_networks(client[0], self.allowed_cidrs)
 
     def is_identity_header(self, name: bytes) -> bool:
         """True for headers a client must never be able to pass through to the upstream."""
@@ -170,14 +162,3 @@ class RequestAuthenticator:
             with_authenticated(tuple(g for g in groups if g)),
             extra=tuple((k, tuple(v)) for k, v in sorted(extra.items())),
         )
-
-
-def parse_cidrs(values: Iterable[str]) -> tuple[Network, ...]:
-    """Parse CIDRs (bare addresses allowed); raises ValueError naming the bad entry."""
-    nets = []
-    for v in values:
-        try:
-            nets.append(ipaddress.ip_network(v.strip(), strict=False))
-        except ValueError as exc:
-            raise ValueError(f"invalid CIDR {v!r}: {exc}") from exc
-    return tuple(nets)

@@ -11,12 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.flowcontrol.digest import UserInfo
+from gateway.settings.load import CredentialFileError
 
 AUTHENTICATED = "system:authenticated"
-
-
-class CredentialFileError(ValueError):
-    """A credential file could not be read; the message names the file and the line."""
 
 
 @dataclass(frozen=True, slots=True)

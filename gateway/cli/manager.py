@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.flags import add_seconds
 from gateway.cli.logs import add_log_level, configure_logging
 
 DEFAULT_MANAGER = "http://127.0.0.1:7071"
@@ -79,13 +80,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help=TOKEN_HELP + "; created if missing (default STATE_DIR/internal-token)",
     )
-    serve.add_argument(
+    add_seconds(
+        serve,
         "--lease-seconds",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="router lease: a router that does not renew within it loses its containers "
-        "(default 10)",
+        10.0,
+        "router lease: a router that does not renew within it loses its containers",
     )
     serve.add_argument(
         "--quota", type=int, default=100, metavar="N", help="containers per namespace (default 100)"
@@ -97,27 +96,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NS=N",
         help="containers of one namespace, repeatable (default: --quota)",
     )
-    serve.add_argument(
+    add_seconds(
+        serve,
         "--grace-seconds",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="removing a container: SIGTERM, then SIGKILL after this long (default 5)",
+        5.0,
+        "removing a container: SIGTERM, then SIGKILL after this long",
+        zero=True,
     )
-    serve.add_argument(
+    add_seconds(
+        serve,
         "--eviction-retry-seconds",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="retry a refused eviction (a disruption budget) after this long (default 5)",
+        5.0,
+        "retry a refused eviction (a disruption budget) after this long",
     )
-    serve.add_argument(
+    add_seconds(
+        serve,
         "--router-wait-seconds",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="on SIGTERM (not SIGINT), wait up to this long for routers to deregister before "
-        "removing containers (default 0: do not wait; 'apf-gateway up' sets 35)",
+        0.0,
+        "on SIGTERM (not SIGINT), wait up to this long for routers to deregister before "
+        "removing containers",
+        zero=True,
+        default_note="0: do not wait; 'apf-gateway up' sets 35",
     )
     serve.add_argument(
         "--store",
@@ -127,12 +126,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "router whose lease expired left running are recorded there as whisk internal errors "
         "(default: none, only a router restarted under the same id records them)",
     )
-    serve.add_argument(
+    add_seconds(
+        serve,
         "--unassigned-idle-seconds",
-        type=float,
-        default=600.0,
-        metavar="SECONDS",
-        help="remove a warm container no router has used for this long (default 600)",
+        600.0,
+        "remove a warm container no router has used for this long",
+        zero=True,
     )
     serve.add_argument(
         "--prewarm",
@@ -159,13 +158,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         if name == "drain":
             cmd.add_argument("--namespace", help="only this namespace (default: all)")
             cmd.add_argument("--action", help="only this action, NS/NAME or NAME (default: all)")
-            cmd.add_argument(
+            add_seconds(
+                cmd,
                 "--wait",
-                type=float,
-                default=0.0,
-                metavar="SECONDS",
-                help="drain again every second until nothing is waiting (busy Never "
-                "containers), at most this long; exit 1 if some still are (default 0: once)",
+                0.0,
+                "drain again every second until nothing is waiting (busy Never containers), "
+                "at most this long; exit 1 if some still are",
+                zero=True,
+                default_note="0: once",
             )
         cmd.set_defaults(func=_drain if name == "drain" else _list)
 
@@ -214,9 +214,6 @@ def _serve(args: argparse.Namespace) -> int:
         backend = load_backend(args.backend, **options)
     except ValueError as exc:
         print(exc, file=sys.stderr)
-        return 2
-    if args.router_wait_seconds < 0:
-        print("--router-wait-seconds must be >= 0", file=sys.stderr)
         return 2
     if args.store:
         from gateway.store import StoreError, open_store  # noqa: PLC0415 - per-command import

@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 
+from gateway.cli.flags import add_seconds
 from gateway.cli.logs import add_log_level, configure_logging
 
 DESCRIPTION = """\
@@ -72,34 +73,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="front door / peer addresses whose X-Remote-* headers are believed, repeatable "
         "(default 127.0.0.1/32 and ::1/128)",
     )
-    parser.add_argument(
-        "--buffer-seconds",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="how long an invocation waits for a free container before 429 (default 10)",
-    )
-    parser.add_argument(
-        "--pause-grace",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="idle time before a warm container is paused (default 10)",
-    )
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=600.0,
-        metavar="SECONDS",
-        help="idle time before a container is given back to the manager (default 600)",
-    )
-    parser.add_argument(
-        "--action-cache-seconds",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="how long an action read from the store is reused (default 1)",
-    )
+    for flag, default, text in (
+        ("--buffer-seconds", 10.0, "how long an invocation waits for a free container before 429"),
+        ("--pause-grace", 10.0, "idle time before a warm container is paused"),
+        ("--idle-timeout", 600.0, "idle time before a container is given back to the manager"),
+        ("--action-cache-seconds", 1.0, "how long an action read from the store is reused"),
+    ):
+        add_seconds(parser, flag, default, text, zero=True)
     add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
     add_log_level(parser)
     parser.set_defaults(func=_run)
@@ -107,13 +87,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
     """``--max-blocking-wait``, shared with ``up`` (which passes it to its routers)."""
-    parser.add_argument(
+    add_seconds(
+        parser,
         "--max-blocking-wait",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long a blocking invoke waits before answering 202 with the activation id "
-        f"(default 60, as OpenWhisk); {note}",
+        60.0,
+        f"how long a blocking invoke waits before answering 202 with the activation id; {note}",
+        default_note="60, as OpenWhisk",
     )
 
 
@@ -133,8 +112,6 @@ def _run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     try:
-        if not args.max_blocking_wait > 0:
-            raise ValueError(f"--max-blocking-wait must be positive, got {args.max_blocking_wait}")
         open_store(args.store)  # the URL only; the router opens it when it starts
         token = resolve(args.internal_token_file)
         host, port = parse_listen(args.listen)

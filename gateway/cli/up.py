@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.cli.flags import add_seconds
 from gateway.cli.router import add_blocking_wait
 from gateway.supervision import Spec, StartError, Supervisor
 
@@ -105,22 +106,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: none, Kubernetes' built-in objects)",
     )
     add_blocking_wait(parser, "passed to the routers")
-    parser.add_argument(
+    add_seconds(
+        parser,
         "--upstream-read-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="the front door's proxy.readTimeout; must exceed --max-blocking-wait "
-        f"(default: --max-blocking-wait + {BLOCKING_MARGIN:g})",
+        None,
+        "the front door's proxy.readTimeout; must exceed --max-blocking-wait",
+        default_note=f"--max-blocking-wait + {BLOCKING_MARGIN:g}",
     )
     parser.set_defaults(func=_up)
 
 
 def read_timeout_for(max_blocking_wait: float, given: float | None) -> float:
     """The front door's upstream read timeout: longer than any blocking invoke may stay
-    silent, so that the router's 202 arrives before the proxy gives up with 504."""
-    if max_blocking_wait <= 0:
-        raise ValueError(f"--max-blocking-wait must be positive, got {max_blocking_wait:g}")
+    silent, so that the router's 202 arrives before the proxy gives up with 504 (both are
+    positive: their flags' type)."""
     if given is None:
         return max_blocking_wait + BLOCKING_MARGIN
     if given <= max_blocking_wait:

@@ -7,8 +7,8 @@ request pays an attribute increment instead of a locked library call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,9 +20,23 @@ from prometheus_client.registry import Collector
 
 from gateway.flowcontrol.stats import Histogram
 
-if TYPE_CHECKING:
-    from gateway.asgi.maxinflight import MaxInFlightMiddleware
-    from gateway.serving.limits import ClientLimits
+
+class InFlightWatermarks(Protocol):
+    """What is read of the max-in-flight filter (``asgi.maxinflight.MaxInFlightMiddleware``):
+    a protocol here, so that metrics import nothing of the request shell that feeds them."""
+
+    @property
+    def inflight(self) -> Iterable[str]: ...  # the request kinds
+
+    def watermark(self, kind: str) -> int: ...
+
+
+class ClosedConnections(Protocol):
+    """What is read of the client limits (``serving.limits.ClientLimits``)."""
+
+    @property
+    def closed(self) -> Mapping[str, int]: ...  # connections closed, by reason
+
 
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
@@ -36,7 +50,7 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def _counter(name: str, documentation: str, label: str, counts: dict[str, int]) -> Metric:
+def _counter(name: str, documentation: str, label: str, counts: Mapping[str, int]) -> Metric:
     """A counter family with one label, from a dict of counts."""
     family = CounterMetricFamily(name, documentation, labels=[label])
     for value, n in counts.items():
@@ -51,9 +65,9 @@ class FrontDoorMetrics(Collector):
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_ok = 1
         self.reload_failures: dict[str, int] = {}
-        self.maxinflight: MaxInFlightMiddleware | None = None
+        self.maxinflight: InFlightWatermarks | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
-        self.client: ClientLimits | None = None
+        self.client: ClosedConnections | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:

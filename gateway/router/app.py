@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.clock import AsyncioEventClock
+from gateway.networks import in_networks, parse_cidrs
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
@@ -26,7 +27,7 @@ from gateway.router.activation import (
     compose,
     error_outcome,
 )
-from gateway.router.identity import DEFAULT_TRUSTED, Identity, is_trusted, parse_networks
+from gateway.router.identity import DEFAULT_TRUSTED, Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
@@ -58,7 +59,7 @@ class RouterSettings:
 class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
-        self.trusted = parse_networks(list(settings.trusted))
+        self.trusted = parse_cidrs(settings.trusted)
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
         self.draining = False
@@ -160,7 +161,7 @@ class Router:
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:
-        if is_trusted(request.remote, self.trusted):
+        if in_networks(request.remote, self.trusted):
             user = request.headers.get("X-Remote-User")
             namespace = request.headers.get("X-Remote-Extra-Namespace")
             if user and namespace:
@@ -180,7 +181,7 @@ class Router:
         token = self.settings.internal_token
         if token and not matches(request.headers.get("Authorization"), token):
             raise ApiError(401, UNAUTHORIZED)
-        if not is_trusted(request.remote, self.trusted):
+        if not in_networks(request.remote, self.trusted):
             raise ApiError(403, refusal)
 
     def is_proxied(self, request: web.Request) -> bool:

@@ -7,12 +7,10 @@ networks (default loopback), like Kubernetes' front-proxy headers.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from gateway.platform.errors import not_authorized
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_TRUSTED = ("127.0.0.1/32", "::1/128")
 
 
@@ -26,17 +24,3 @@ class Identity:
         if namespace in ("_", self.namespace):
             return self.namespace
         raise not_authorized(namespace)
-
-
-def parse_networks(values: list[str] | tuple[str, ...]) -> list[Network]:
-    return [ipaddress.ip_network(v, strict=False) for v in values]
-
-
-def is_trusted(remote: str | None, networks: list[Network]) -> bool:
-    if not remote:
-        return False
-    try:
-        address = ipaddress.ip_address(remote)
-    except ValueError:
-        return False
-    return any(address in net for net in networks)

@@ -12,7 +12,7 @@ import re
 import typing
 from typing import Any
 
-from gateway.asgi.authn import parse_cidrs
+from gateway.networks import parse_cidrs
 from gateway.settings.model import API_VERSION, KIND, GatewaySettings
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
@@ -26,6 +26,12 @@ class SettingsError(ValueError):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
         self.errors = errors
+
+
+class CredentialFileError(ValueError):
+    """A credential file the settings name (``authentication.tokenAuthFile``,
+    ``openwhiskKeysFile``) could not be read; the message names the file and the line. Raised
+    where the files are read (``asgi.credentials``); a reload refuses it as ``credentials``."""
 
 
 def is_gateway_document(doc: dict[str, Any]) -> bool:

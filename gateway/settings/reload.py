@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gateway.asgi.credentials import CredentialFileError
 from gateway.settings.guard import unstated_changes
+from gateway.settings.load import CredentialFileError
 from gateway.settings.sources import ConfigLoadError, LoadedConfig, load_config, watched_files
 
 log = logging.getLogger("gateway.reload")

@@ -22,6 +22,7 @@ from gateway.clock import EventClock
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.server import Gateway, uvicorn_config
 from gateway.settings.sources import LoadedConfig, load_config
+from tests.support.serving import started_port
 
 
 class _Server(uvicorn.Server):
@@ -81,10 +82,7 @@ class ServerThread:
     async def _serve(self) -> None:
         assert self.server is not None
         task = asyncio.ensure_future(self.server.serve())
-        while not self.server.started and not task.done():  # noqa: ASYNC110 - uvicorn has no started event
-            await asyncio.sleep(0.01)
-        if self.server.started:
-            self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.port = await started_port(self.server, task)
         self._ready.set()
         await task
 

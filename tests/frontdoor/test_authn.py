@@ -8,8 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, Unauthorized, parse_cidrs
-from gateway.asgi.credentials import CredentialFileError, load_openwhisk_keys, load_token_file
+from gateway.asgi.authn import FrontProxyConfig, RequestAuthenticator, Unauthorized
+from gateway.asgi.credentials import load_openwhisk_keys, load_token_file
+from gateway.networks import parse_cidrs
+from gateway.settings.load import CredentialFileError
 from tests.frontdoor.conftest import ServerThread, start_gateway
 
 

@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.serving import started_port
+
 
 def _parse(path: str) -> tuple[str, str, str, str | None, str | None] | None:
     parts = path.strip("/").split("/")
@@ -217,11 +219,7 @@ async def serve(cluster: FakeCluster) -> AsyncIterator[str]:
     )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.005)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    port = await started_port(server, task)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

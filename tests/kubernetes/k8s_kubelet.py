@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 
 from k8s_fakeapi import FakeCluster, ready_status
+
+from gateway.supervision import GracefulStop
 
 
 class ProcessKubelet:
@@ -35,23 +36,16 @@ class ProcessKubelet:
         )
         port = container["ports"][0]["containerPort"]
         assert "tcpSocket" in container["readinessProbe"]
-        while not await _accepts("127.0.0.1", port):
+        while not await _accepts("127.0.0.1", port):  # the readiness probe, until the pod ends
             if self.procs[name].poll() is not None:
                 return
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the probe's period
         await cluster.set_status(name, ns, ready_status("127.0.0.1"))
 
     async def stop(self, name: str, grace: int) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        for _ in range(grace * 100):
-            if proc.poll() is not None:
-                return
-            await asyncio.sleep(0.01)
-        proc.kill()
-        proc.wait()
+        if proc is not None:
+            await GracefulStop.process(proc, grace=grace).wait_async()
 
     def close(self) -> None:
         for proc in self.procs.values():

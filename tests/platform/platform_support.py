@@ -10,6 +10,7 @@ import signal
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.platform import internal_token
 from gateway.supervision import Spec, StartError, Supervisor
-from tests.support.wait import async_wait_until
+from tests.support.wait import async_wait_for
 
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
@@ -188,31 +189,45 @@ async def router_state(client: httpx.AsyncClient, url: str, auth: dict[str, str]
     return {c["id"]: c["in_flight"] for c in resp.json()["containers"]}
 
 
+async def manager_containers_until(
+    client: httpx.AsyncClient,
+    platform: Platform,
+    cond: Callable[[dict[str, dict[str, Any]]], bool],
+    what: str,
+    timeout: float = 15.0,  # noqa: ASYNC109 - the polling bound
+) -> dict[str, dict[str, Any]]:
+    """Poll the manager's containers (by id) until ``cond`` holds for them; them."""
+    last: dict[str, dict[str, Any]] = {}
+
+    async def check() -> dict[str, dict[str, Any]] | None:
+        nonlocal last
+        last = {c["id"]: c for c in await manager_containers(client, platform)}
+        return last if cond(last) else None
+
+    return await async_wait_for(check, timeout, lambda: f"{what} (containers: {last})", 0.05)
+
+
 async def wait_running(
     client: httpx.AsyncClient, url: str, auth: dict[str, str], count: int
 ) -> dict[str, int]:
     """Poll the router until ``count`` activations run in its containers (its state)."""
-    state: dict[str, int] = {}
 
-    async def running() -> bool:
-        nonlocal state
+    async def running() -> dict[str, int] | None:
         state = await router_state(client, url, auth)
-        return sum(state.values()) >= count
+        return state if sum(state.values()) >= count else None
 
-    await async_wait_until(running, 20, f"{count} activations running at {url}")
-    return state
+    return await async_wait_for(running, 20, f"{count} activations running at {url}")
 
 
 async def recorded(client: httpx.AsyncClient, url: str) -> httpx.Response:
-    """Poll ``GET url`` (an activation, maybe still in a router's writer) until it is 200."""
-    got: list[httpx.Response] = []
+    """Poll ``GET url`` (an activation or its logs, maybe still in a router's writer) until it
+    is 200."""
 
-    async def found() -> bool:
-        got.append(await client.get(url))
-        return got[-1].status_code == 200
+    async def found() -> httpx.Response | None:
+        got = await client.get(url)
+        return got if got.status_code == 200 else None
 
-    await async_wait_until(found, 30, f"the record at {url}")
-    return got[-1]
+    return await async_wait_for(found, 30, f"the record at {url}")
 
 
 async def scrape(client: httpx.AsyncClient, base: str) -> dict[str, float]:

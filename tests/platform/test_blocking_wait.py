@@ -4,19 +4,18 @@ completes and is recorded later."""
 
 from __future__ import annotations
 
-import asyncio
 import select
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from test_platform_up import free_port
+from test_platform_up import free_port, start_up
 
 from gateway.cli.up import DEFAULT_API_KEY
+from tests.support.wait import async_wait_for
 
 SLEEPER = """import time
 def main(a):
@@ -25,12 +24,9 @@ def main(a):
 """
 
 
-def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "gateway", "up", "--listen", f"127.0.0.1:{port}"]
-    argv += ["--state-dir", str(state), "--routers", "1", "--prewarm", "", *extra]
-    return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    )
+def start_one_router(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``up`` with one router and no stem cell."""
+    return start_up(port, state, "--prewarm", "", *extra, routers=1)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> str:
@@ -55,18 +51,20 @@ async def invoke_past_the_wait(port: int, sleep: float, timeout_ms: int) -> dict
         aid = resp.json()["activationId"]
         assert list(resp.json()) == ["activationId"] and len(aid) == 32
         assert resp.headers["x-openwhisk-activation-id"] == aid
-        for _ in range(int((sleep + 30) / 0.1)):
+
+        async def record() -> dict[str, Any] | None:
             got = await client.get(f"{base}/activations/{aid}")
             if got.status_code == 200:
                 return dict(got.json())
-            assert got.status_code == 404, got.text
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"activation {aid} was never recorded")
+            assert got.status_code == 404, got.text  # not yet recorded
+            return None
+
+        return await async_wait_for(record, sleep + 30, f"activation {aid} recorded", 0.1)
 
 
 async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: Path) -> None:
     port = free_port()
-    proc = start_up(port, tmp_path, "--max-blocking-wait", "1")
+    proc = start_one_router(port, tmp_path, "--max-blocking-wait", "1")
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -81,7 +79,7 @@ async def test_blocking_invoke_past_the_wait_gets_202_then_completes(tmp_path: P
 
 
 def test_up_refuses_a_read_timeout_that_would_cut_blocking_invokes(tmp_path: Path) -> None:
-    proc = start_up(
+    proc = start_one_router(
         free_port(), tmp_path, "--max-blocking-wait", "5", "--upstream-read-timeout", "5"
     )
     out = proc.communicate(timeout=30)[0].decode()
@@ -113,7 +111,7 @@ def test_default_settings_give_the_front_door_more_time_than_the_blocking_wait(
     """The defaults themselves, as ``up`` starts its processes: routers answer 202 after
     OpenWhisk's 60 s and the front door waits 70 s for them (the mechanism end to end, with a
     short wait, is the test above; the defaults once took 60 s to run through)."""
-    proc = start_up(free_port(), tmp_path)
+    proc = start_one_router(free_port(), tmp_path)
     assert proc.stdout is not None
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)

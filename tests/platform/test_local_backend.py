@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -13,7 +14,13 @@ import pytest
 from platform_support import post
 
 from gateway.manager.backends import load_backend
-from gateway.manager.backends.base import BackendError, ContainerGone, ContainerSpec, Status
+from gateway.manager.backends.base import (
+    BackendError,
+    ContainerGone,
+    ContainerHandle,
+    ContainerSpec,
+    Status,
+)
 from gateway.manager.backends.local import LocalProcessBackend
 from tests.support.wait import async_wait_until
 
@@ -120,8 +127,8 @@ async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> No
 
     backend = LocalProcessBackend(tmp_path)
     create = asyncio.ensure_future(backend.create(ContainerSpec("c-cancel", "python:3")))
-    while not backend._children:  # noqa: ASYNC110 - started, not yet listening: nothing to await
-        await asyncio.sleep(0.001)
+    # started, not yet listening (closely polled: the runtime starts in a few tens of ms)
+    await async_wait_until(lambda: backend._children, what="the runtime started", interval=0.001)
     (pid,) = backend._children
     create.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -130,6 +137,34 @@ async def test_a_cancelled_create_leaves_no_process_behind(tmp_path: Path) -> No
         os.killpg(pid, 0)
     assert list((tmp_path / "containers").iterdir()) == []
     await backend.close()
+
+
+async def test_after_a_restart_remove_stops_the_process_group_and_spares_a_reused_pid(
+    tmp_path: Path,
+) -> None:
+    """A restarted manager has no ``Popen`` of its containers: ``remove`` signals the process
+    group by pid, continues a paused one so that it handles SIGTERM within the grace, and
+    never signals a pid whose start time is not the recorded one (the kernel reused it)."""
+    backend = LocalProcessBackend(tmp_path)
+    handle = await backend.create(ContainerSpec("c-orphan", "python:3", 128, 1))
+    proc = backend._children[int(handle.data["pid"])]
+    await backend.pause(handle)
+    restarted = LocalProcessBackend(tmp_path)
+    (found,) = await restarted.list()
+    await restarted.remove(found, grace=30.0)
+    assert await asyncio.to_thread(proc.wait, 10) == 0  # a graceful exit, not SIGKILL
+    assert await restarted.list() == []
+    await backend.close()
+
+    idle = ["sleep", "60"]  # a process that is not ours, idling until it is killed
+    with subprocess.Popen(idle, start_new_session=True) as other:  # noqa: ASYNC220 - no wait
+        try:
+            data = {"pid": other.pid, "start_time": "1"}  # not this process's start time
+            reused = ContainerHandle("c-gone", "http://127.0.0.1:1", {}, 0.0, data)
+            await restarted.remove(reused, grace=0.0)
+            assert other.poll() is None
+        finally:
+            other.kill()
 
 
 def copy_of_the_source_below_tmp() -> Path:

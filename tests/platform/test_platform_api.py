@@ -14,6 +14,7 @@ from platform_support import (
     annotation,
     invoke,
     manager_containers,
+    manager_containers_until,
     put_action,
     recorded,
     router_state,
@@ -136,12 +137,9 @@ async def test_failure_paths(platform: Platform, client: httpx.AsyncClient) -> N
     }
     assert annotation(record, "timeout") is True
     dead = annotation(record, "container")
-    for _ in range(100):  # the timed-out container is removed
-        if dead not in {c["id"] for c in await manager_containers(client, platform)}:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("timed-out container was not removed")
+    await manager_containers_until(
+        client, platform, lambda found: dead not in found, f"the timed-out {dead} removed"
+    )
     again = await invoke(client, r, "slow", {"sleep": 0})
     assert again.status_code == 200 and annotation(again.json(), "container") != dead
 

@@ -14,12 +14,14 @@ from platform_support import (
     annotation,
     invoke,
     manager_containers,
+    manager_containers_until,
     put_action,
     scrape,
     wait_running,
 )
 
 from gateway.cli.main import main
+from tests.support.wait import async_wait_for, async_wait_until
 
 
 def proc_state(pid: int) -> str:
@@ -46,13 +48,12 @@ async def test_manager_restart_keeps_warm_traffic(
     assert cold.status_code == 503 and "manager is unavailable" in cold.json()["error"]
     platform.start_manager("--keep-containers", "--lease-seconds", "1", port=port)
     # the new manager recovers the container; the router re-registers and reclaims it
-    for _ in range(200):
-        found = {c["id"]: c for c in await manager_containers(client, platform)}
-        if found.get(cid, {}).get("owner") == "r1":
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError(f"container not recovered: {found}")
+    await manager_containers_until(
+        client,
+        platform,
+        lambda found: found.get(cid, {}).get("owner") == "r1",
+        f"{cid} recovered and reclaimed by r1",
+    )
     resp = await invoke(client, r, "warm", {"sleep": 0})
     assert resp.status_code == 200 and annotation(resp.json(), "container") == cid
 
@@ -96,11 +97,8 @@ async def test_drain_per_eviction_policy(
     for name, (_, _, completes) in cases.items():
         resp = await running[name]
         assert (resp.status_code == 200) is completes, (name, resp.text)
-    for _ in range(200):  # the Never container goes once its owner has given it back
-        if not await manager_containers(client, platform):
-            break
-        await asyncio.sleep(0.05)
-    assert await manager_containers(client, platform) == []
+    # the Never container goes once its owner has given it back
+    await manager_containers_until(client, platform, lambda found: not found, "no containers")
     seen = await scrape(client, platform.manager.url)
     for policy, outcome, n in (
         ("Never", "removed-idle", 1),
@@ -156,20 +154,12 @@ async def test_idle_container_is_paused_resumed_and_given_back(
     await invoke(client, r, "p", {"sleep": 0})
     (c,) = await manager_containers(client, platform)
     pid = c["agent"]["pid"]
-    for _ in range(100):
-        if proc_state(pid) == "T":
-            break
-        await asyncio.sleep(0.02)
-    assert proc_state(pid) == "T"  # stopped by SIGSTOP
+    await async_wait_until(lambda: proc_state(pid) == "T", what=f"{pid} stopped by SIGSTOP")
     resp = await invoke(client, r, "p", {"sleep": 0})
     assert resp.status_code == 200 and annotation(resp.json(), "container") == c["id"]
     assert proc_state(pid) in ("S", "R", "T")  # resumed for the run (and maybe paused again)
     # after the idle timeout the router gives it back and the manager removes it
-    for _ in range(200):
-        if not await manager_containers(client, platform):
-            break
-        await asyncio.sleep(0.02)
-    assert await manager_containers(client, platform) == []
+    await manager_containers_until(client, platform, lambda found: not found, "no containers")
 
 
 async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containers(
@@ -178,13 +168,13 @@ async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containe
     platform.start_manager("--prewarm", "python:3=1")
     r = platform.start_router("r1")
     assert platform.manager is not None
-    for _ in range(200):
-        resp = await client.get(platform.manager.url + "/v1/containers", headers=platform.auth)
-        stems = resp.json()["stems"]
-        if stems:
-            break
-        await asyncio.sleep(0.05)
-    (stem,) = stems
+    manager = platform.manager
+
+    async def stems() -> list[str] | None:
+        resp = await client.get(manager.url + "/v1/containers", headers=platform.auth)
+        return resp.json()["stems"] or None
+
+    (stem,) = await async_wait_for(stems, what="a prewarmed stem cell", interval=0.05)
     await put_action(client, r, "fresh", SLOW)
     first = await invoke(client, r, "fresh", {"sleep": 0})
     assert annotation(first.json(), "container") == stem  # bound, not started
@@ -192,9 +182,6 @@ async def test_stem_cell_serves_the_first_invoke_and_updates_retire_old_containe
     second = await invoke(client, r, "fresh")
     assert second.json()["response"]["result"] == {"v": 2}
     assert annotation(second.json(), "container") != stem
-    for _ in range(200):  # the old revision's idle container is given back and removed
-        if stem not in {c["id"] for c in await manager_containers(client, platform)}:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("old revision's container was not removed")
+    await manager_containers_until(  # the old revision's idle container is given back
+        client, platform, lambda found: stem not in found, f"the old revision's {stem} removed"
+    )

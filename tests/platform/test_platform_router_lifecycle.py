@@ -13,6 +13,7 @@ from platform_support import (
     annotation,
     invoke,
     manager_containers,
+    manager_containers_until,
     put_action,
     wait_running,
 )
@@ -66,9 +67,6 @@ async def test_restarted_router_waits_out_its_predecessors_containers(
     assert annotation(resp.json(), "container") != cid
     states = {c["id"]: c["state"] for c in await manager_containers(client, platform)}
     assert states[cid] == "quarantined"
-    for _ in range(200):  # the timeout (2 s) and the margin (1 s)
-        states = {c["id"]: c["state"] for c in await manager_containers(client, platform)}
-        if states[cid] == "unassigned":
-            break
-        await asyncio.sleep(0.05)
-    assert states[cid] == "unassigned"
+    await manager_containers_until(  # the timeout (2 s) and the margin (1 s)
+        client, platform, lambda found: found[cid]["state"] == "unassigned", f"{cid} released"
+    )

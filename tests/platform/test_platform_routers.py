@@ -12,6 +12,7 @@ from platform_support import (
     annotation,
     invoke,
     manager_containers,
+    manager_containers_until,
     put_action,
     recorded,
 )
@@ -65,13 +66,9 @@ async def test_dead_router_containers_are_reassigned(
     r1.stop(signal.SIGKILL)
     # lease (1 s) expires, then the container is quarantined for the action timeout (0.5 s)
     # plus the margin (1 s), after which r2 is given the same warm container
-    for _ in range(200):
-        states = {c["id"]: c for c in await manager_containers(client, platform)}
-        if states[cid]["state"] == "unassigned":
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError(f"not released: {states[cid]}")
+    await manager_containers_until(
+        client, platform, lambda found: found[cid]["state"] == "unassigned", f"{cid} released"
+    )
     resp = await invoke(client, r2, "act", {"sleep": 0})
     assert resp.status_code == 200, resp.text
     assert annotation(resp.json(), "container") == cid

@@ -22,13 +22,24 @@ from platform_support import alive, recorded
 from gateway.cli.main import build_parser
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.store import open_store
-from tests.support.wait import async_wait_until
+from tests.support.wait import async_wait_for, async_wait_until, wait_for
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def all_exited(pids: set[int], within: float, what: str) -> None:
+    """Until none of ``pids`` runs (zombies do not count)."""
+    left: list[int] = []
+
+    def gone() -> bool:
+        left[:] = [pid for pid in pids if alive(pid)]
+        return not left
+
+    await async_wait_until(gone, within, lambda: f"{what} to exit; still running: {left}", 0.05)
 
 
 def descendants(pid: int) -> set[int]:
@@ -74,7 +85,7 @@ spec:
 """
 
 
-def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_up(port: int, state: Path, *extra: str, routers: int = 2) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -86,7 +97,7 @@ def start_up(port: int, state: Path, *extra: str) -> subprocess.Popen[bytes]:
             "--state-dir",
             str(state),
             "--routers",
-            "2",
+            str(routers),
             *extra,
         ],
         stdout=subprocess.PIPE,
@@ -128,11 +139,8 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
             assert nb.status_code == 202
             got = await recorded(client, f"{base}/activations/{nb.json()['activationId']}")
             assert got.json()["response"]["result"] == {"hi": "later"}
-            for _ in range(100):  # the record may still sit in the other router's writer
-                logs = await client.get(f"{base}/activations/{aid}/logs")
-                if logs.status_code == 200:
-                    break
-                await asyncio.sleep(0.05)
+            # the record may still sit in the other router's writer
+            logs = await recorded(client, f"{base}/activations/{aid}/logs")
             assert any("logged" in line for line in logs.json()["logs"])
             got_action = await client.get(base + "/actions/hello")
             assert got_action.json()["exec"]["code"] == code
@@ -179,12 +187,7 @@ async def test_up_killed_hard_still_leaves_nothing(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
         proc.stdout.close()
-    for _ in range(300):
-        left = [pid for pid in family if alive(pid)]
-        if not left:
-            break
-        await asyncio.sleep(0.05)
-    assert left == [], f"orphaned processes: {left}"
+    await all_exited(family, 15, "the processes `up` started")
 
 
 # ---- supervision: failures at start, a router crash, `up` killed -------------------------
@@ -216,15 +219,16 @@ class Up:
             self.lines.append(raw.decode(errors="replace").rstrip("\n"))
 
     def wait_for(self, text: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [line for line in self.lines if text in line]
-            if found:
-                return found[0]
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no {text!r} in the output of up:\n" + "\n".join(self.lines))
+        def output() -> str:
+            return f"{text!r} in the output of up:\n" + "\n".join(self.lines)
+
+        def found() -> str | None:
+            line = next((line for line in self.lines if text in line), None)
+            if line is None and self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"up exited without printing {output()}")
+            return line
+
+        return wait_for(found, timeout, output, interval=0.05)
 
     def router_urls(self) -> list[str]:
         return self.wait_for("  manager: ").split("routers: ", 1)[1].split()
@@ -273,18 +277,17 @@ async def busy_routers(
     client: httpx.AsyncClient, urls: list[str], want: int, internal: dict[str, str]
 ) -> list[str]:
     """Router ids running activations, once ``want`` activations run in all."""
-    for _ in range(400):
-        busy: dict[str, int] = {}
+
+    async def busy() -> list[str] | None:
+        running: dict[str, int] = {}
         for url in urls:
             with contextlib.suppress(httpx.HTTPError):
                 state = (await client.get(url + "/_platform/v1/state", headers=internal)).json()
-                running = sum(c["in_flight"] for c in state["containers"])
-                if running:
-                    busy[state["router"]] = running
-        if sum(busy.values()) >= want:
-            return sorted(busy)
-        await asyncio.sleep(0.05)
-    raise AssertionError("the activations did not start")
+                if n := sum(c["in_flight"] for c in state["containers"]):
+                    running[state["router"]] = n
+        return sorted(running) if sum(running.values()) >= want else None
+
+    return await async_wait_for(busy, 20, f"{want} activations running on {urls}", 0.05)
 
 
 async def two_running(
@@ -377,12 +380,7 @@ async def test_up_killed_mid_activation_lets_children_finish_it_and_exit(tmp_pat
         finished = await asyncio.wait_for(waiting, 60)
     assert finished.status_code == 200, finished.text
     assert finished.json()["response"]["result"] == {"slept": 7}
-    for _ in range(600):
-        left = [pid for pid in family if alive(pid)]
-        if not left:
-            break
-        await asyncio.sleep(0.05)
-    assert left == [], f"children still running 30 s after `up` died: {left}"
+    await all_exited(family, 30, "the children of `up` after it died")
     store = open_store(f"sqlite:///{tmp_path / 'platform.db'}")
     await store.open()
     try:
@@ -506,7 +504,6 @@ def test_router_and_manager_refuse_bad_settings_in_one_line() -> None:
     cases = [
         (["router", "--store", "bogus://x"], "apf-gateway router: unsupported store URL"),
         (["manager", "serve", "--store", "bogus://x"], "--store: unsupported store URL"),
-        (["manager", "serve", "--router-wait-seconds", "-1"], "--router-wait-seconds must be"),
     ]
     for args, message in cases:
         done = subprocess.run(

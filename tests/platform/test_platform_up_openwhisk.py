@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +12,7 @@ from platform_support import openwhisk_error
 from test_platform_up import TENANTS_CONFIG, free_port, start_up, wait_up
 
 from gateway.cli.up import DEFAULT_API_KEY
+from tests.support.wait import async_wait_for
 
 # One seat for every tenant request (server limit 2; 5 of 10 shares), refused when taken.
 ONE_SEAT_CONFIG = """\
@@ -77,15 +77,21 @@ async def test_up_answers_openwhisk_errors_on_the_api(tmp_path: Path) -> None:
                 return asyncio.ensure_future(invoke)
 
             holder = hold()
-            deadline = time.monotonic() + 20
-            while True:  # the invoke holds the one seat: the next request is refused
-                refused = await client.get(base + "/actions")
-                if refused.status_code == 429 or time.monotonic() > deadline:
-                    break
+
+            async def refused_while_held() -> httpx.Response | None:
+                nonlocal holder
+                probe = await client.get(base + "/actions")
+                if probe.status_code == 429:
+                    return probe
                 if holder.done():  # it arrived while a probe held the seat: try again
                     assert holder.result().status_code == 429, holder.result().text
                     holder = hold()
-                await asyncio.sleep(0.05)
+                return None
+
+            # the invoke holds the one seat: the next request is refused
+            refused = await async_wait_for(
+                refused_while_held, 20, "a request refused while the invoke holds the seat", 0.05
+            )
             assert openwhisk_error(refused, 429) == (
                 "Too many concurrent requests in flight (count: 1, allowed: 1)."
             )

@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli.main import main
+from gateway.networks import in_networks, parse_cidrs
 from gateway.platform.errors import ApiError
-from gateway.router.identity import Identity, is_trusted, parse_networks
+from gateway.router.identity import Identity
 
 
 def test_trusted_networks() -> None:
-    nets = parse_networks(["127.0.0.1/32", "::1/128", "10.0.0.0/8"])
-    assert is_trusted("127.0.0.1", nets) and is_trusted("::1", nets)
-    assert is_trusted("10.2.3.4", nets)
-    assert not is_trusted("192.168.1.1", nets)
-    assert not is_trusted(None, nets) and not is_trusted("not-an-ip", nets)
+    """The router's check of its peers (``--trusted``) is the front door's (gateway.networks)."""
+    nets = parse_cidrs(["127.0.0.1/32", "::1/128", "10.0.0.0/8"])
+    assert in_networks("127.0.0.1", nets) and in_networks("::1", nets)
+    assert in_networks("10.2.3.4", nets)
+    assert not in_networks("192.168.1.1", nets)
+    assert not in_networks(None, nets) and not in_networks("not-an-ip", nets)
 
 
 def test_own_namespace_only() -> None:

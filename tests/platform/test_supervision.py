@@ -13,6 +13,7 @@ import pytest
 from gateway.supervision import (
     Backoff,
     BackoffSettings,
+    GracefulStop,
     Spec,
     StartError,
     StartWatch,
@@ -138,10 +139,12 @@ def test_a_dead_child_is_restarted_with_back_off_and_stops_in_reverse_order(
         supervisor.wait_ready(30)
         first.proc.kill()
         first.proc.wait()
-        deadline = time.monotonic() + 30
-        while not any("serving again" in r for r in reports) and time.monotonic() < deadline:
+
+        def restarted() -> bool:
             supervisor.tick()
-            time.sleep(0.05)
+            return any("serving again" in r for r in reports)
+
+        wait_until(restarted, 30, "a serving again", interval=0.05)
         assert reports[0] == "a exited (killed by SIGKILL): serving a; restart 1 in 0.2 s"
         assert "a is serving again at http://127.0.0.1:1/a (restart 1)" in reports
         again = supervisor.child("a")
@@ -167,13 +170,13 @@ def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -
     try:
         supervisor.add(Spec("chatty", _python(code), tmp_path / "c.log"))
         supervisor.wait_ready(30)
-        deadline = time.monotonic() + 30
-        text = ""
-        while not ("done" in text and "line 1999 " in text) and time.monotonic() < deadline:
+
+        def logged() -> bool:
             supervisor.tick()
-            time.sleep(0.02)
             text = (tmp_path / "c.log").read_text()
-        assert "done" in text and "line 1999 " in text
+            return "done" in text and "line 1999 " in text
+
+        wait_until(logged, 30, "all the child printed in its log", interval=0.02)
     finally:
         supervisor.stop()
 
@@ -309,3 +312,47 @@ def test_stop_process_kills_what_ignores_its_signal(tmp_path: Path) -> None:
     with subprocess.Popen([sys.executable, "-c", code, str(ready)]) as proc:
         wait_until(ready.exists, what="the child ignoring SIGTERM")
         assert stop_process(proc, grace=0.2) == -signal.SIGKILL
+
+
+def test_graceful_stop_on_the_fake_clock_escalates_once_and_spares_a_reused_pid() -> None:
+    """The one stop-with-grace of ``stop_process`` and the local backend's ``remove``."""
+    clock = FakeEventClock()
+    sent: list[int] = []
+    running = [True]
+    stop = GracefulStop(sent.append, lambda: running[0], grace=5.0, kill_wait=2.0, clock=clock)
+    assert sent == [signal.SIGTERM, signal.SIGCONT]  # a paused process must act on it too
+    clock.advance(4.9)
+    assert not stop.poll() and sent == [signal.SIGTERM, signal.SIGCONT]
+    clock.advance(0.1)
+    assert not stop.poll() and sent[-1] == signal.SIGKILL
+    clock.advance(1.0)
+    assert not stop.poll() and sent.count(signal.SIGKILL) == 1  # SIGKILL is sent once
+    clock.advance(1.0)
+    assert stop.poll() and not stop.gone  # stuck after SIGKILL: given up after kill_wait
+    running[0] = False
+    assert stop.poll() and stop.gone
+
+    # ``alive`` is asked before every signal: a pid no longer ours is never signalled
+    sent.clear()
+    assert GracefulStop(sent.append, lambda: False, grace=0.0, clock=clock).poll()
+    assert sent == []
+    answers = iter([True, False])  # ours at the SIGTERM, someone else's at the deadline
+    stop = GracefulStop(sent.append, lambda: next(answers), grace=1.0, clock=clock)
+    clock.advance(1.0)
+    assert stop.poll() and stop.gone and signal.SIGKILL not in sent
+
+
+def test_stop_process_lets_a_paused_child_stop_gracefully(tmp_path: Path) -> None:
+    """A SIGTERM that a process handles stays pending while it is stopped: without the SIGCONT
+    after it, a paused child would sit out the whole grace period and be killed."""
+    ready = tmp_path / "ready"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "time.sleep(60)\n"  # idles until it is signalled
+    )
+    with subprocess.Popen([sys.executable, "-c", code, str(ready)]) as proc:
+        wait_until(ready.exists, what="the child handling SIGTERM")
+        proc.send_signal(signal.SIGSTOP)
+        assert stop_process(proc, grace=10.0) == 3

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -40,9 +41,12 @@ from gateway.manager.backends.base import (
     new_secret,
 )
 from gateway.manager.backends.sandboxing import Sandbox, SandboxOptions
-from gateway.supervision import StartError, StartWatch
+from gateway.supervision import GracefulStop, StartError, StartWatch
 
 log = logging.getLogger("gateway.manager.local")
+
+#: How long a SIGKILLed container may take to go before ``remove`` returns regardless.
+KILL_WAIT = 2.0
 
 
 def _start_time(pid: int) -> str | None:
@@ -219,16 +223,7 @@ class LocalProcessBackend:
 
     async def remove(self, handle: ContainerHandle, grace: float) -> None:
         pid = int(handle.data["pid"])
-        if self._alive(pid, handle.data.get("start_time")):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-                os.killpg(pid, signal.SIGCONT)
-            deadline = time.monotonic() + grace
-            while self._alive(pid, handle.data.get("start_time")):
-                if time.monotonic() >= deadline:
-                    self._kill_now(pid)
-                    break
-                await asyncio.sleep(0.01)
+        await self._stop(pid, handle.data.get("start_time"), grace).wait_async()
         self._reap(pid)
         self._forget(self.root / handle.id)
 
@@ -341,13 +336,22 @@ class LocalProcessBackend:
         except ProcessLookupError as exc:
             raise ContainerGone(handle.id) from exc
 
+    def _stop(self, pid: int, start_time: str | None, grace: float) -> GracefulStop:
+        """SIGTERM to the container's process group (it may have no ``Popen`` here: a manager
+        restart), SIGKILL after ``grace``; every signal only while ``_alive`` finds the pid
+        still ours (its start time), never to a process that reused it."""
+        alive = functools.partial(self._alive, pid, start_time)
+        return GracefulStop.group(pid, alive, grace=grace, kill_wait=KILL_WAIT)
+
     def _kill_now(self, pid: int) -> None:
+        """SIGKILL to a runtime that never served (no grace: it ran nothing), blocking until
+        it is reaped (at most ``KILL_WAIT``): it runs in a cancelled task too."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         proc = self._children.get(pid)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=2)
+                proc.wait(timeout=KILL_WAIT)
 
     def _reap(self, pid: int) -> None:
         proc = self._children.pop(pid, None)
