@@ -218,28 +218,32 @@ def test_paused_body_of_a_queued_request_is_not_timed_out(
     level = gw.app.controller.levels["tiny-queue"].qs
     size = 3 << 20
     head = f"POST /queue/upload HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n"
-    with ThreadPoolExecutor(2) as pool, connect(gw.port) as s:
+    with ThreadPoolExecutor(2) as pool:
         running = pool.submit(httpx.get, gw.url + "/queue/hold/a", timeout=BOUND)
         wait_until(lambda: "a" in holding(upstream))
-        sent = pool.submit(s.sendall, head.encode() + b"y" * size)
-        wait_until(lambda: gw.call(lambda: level.tot_requests_waiting) == 1)
+        # Connected only now, head sent at once: an idle connection is closed after
+        # headerTimeout, which a slow machine can spend waiting for the first request.
+        with connect(gw.port) as s:
+            s.sendall(head.encode())
+            sent = pool.submit(s.sendall, b"y" * size)
+            wait_until(lambda: gw.call(lambda: level.tot_requests_waiting) == 1)
 
-        def paused() -> bool:
-            assert gw.server is not None
-            conns = gw.call(lambda: list(gw.server.server_state.connections))
-            return any(c.flow.read_paused for c in conns)
+            def paused() -> bool:
+                assert gw.server is not None
+                conns = gw.call(lambda: list(gw.server.server_state.connections))
+                return any(c.flow.read_paused for c in conns)
 
-        wait_until(paused)
-        s.settimeout(3 * TIMEOUT)  # what must NOT happen in this time is the assertion
-        with pytest.raises(TimeoutError):
-            s.recv(65536)
-        assert httpx.get(upstream.url + "/release/a").status_code == 200
-        assert running.result().status_code == 200
-        sent.result()
-        s.settimeout(BOUND)
-        reply = s.recv(65536)
-        while not reply.endswith(b"}"):
-            reply += s.recv(65536)
+            wait_until(paused)
+            s.settimeout(3 * TIMEOUT)  # what must NOT happen in this time is the assertion
+            with pytest.raises(TimeoutError):
+                s.recv(65536)
+            assert httpx.get(upstream.url + "/release/a").status_code == 200
+            assert running.result().status_code == 200
+            sent.result()
+            s.settimeout(BOUND)
+            reply = s.recv(65536)
+            while not reply.endswith(b"}"):
+                reply += s.recv(65536)
     assert reply.startswith(b"HTTP/1.1 200 ")
     assert json.loads(reply.partition(b"\r\n\r\n")[2])["bytes"] == size
 
