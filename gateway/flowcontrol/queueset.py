@@ -9,9 +9,9 @@ are free nothing is dispatched ("no accommodation"), so wide requests are not st
 Differences from the Go code, none of them observable in dispatch order:
 - queues with waiting requests sit in a heap keyed by virtual finish time (stale entries are
   skipped), so choosing the next queue costs O(log queues) instead of a scan of every queue;
-  ties are still broken by round-robin distance exactly as the scan would. An entry is one int,
-  ``finish R << 32 | queue index`` (ints compare faster than tuples), valid while it equals
-  its queue's ``heap_key``; removing a queue renumbers the others, so it rebuilds the heap;
+  ties are still broken by round-robin distance exactly as the scan would. An entry is
+  ``(finish R, queue index)``, valid while it equals its queue's ``heap_key``; removing a
+  queue renumbers the others, so it rebuilds the heap;
 - cancelled requests are marked and skipped at the head instead of unlinked from a list;
 - seat-second arithmetic uses Python integers, which do not wrap; the epoch advance still runs
   at the same threshold so long runs behave (and count) the same.
@@ -45,9 +45,6 @@ REJECTED: Final = 2
 FINISHED: Final = 3  # main phase over (seats may still be held for the additional latency)
 
 _entry_seq = itertools.count()
-# Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
-_INDEX_BITS: Final = 32
-_INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
 
 
 class Queue:
@@ -76,7 +73,7 @@ class Queue:
         self.next_dispatch_r = 0
         # The key of this queue's live heap entry (None: none in the heap). Pushing the same
         # key again is skipped: the entry there is still right.
-        self.heap_key: int | None = None
+        self.heap_key: tuple[int, int] | None = None
 
     def head(self) -> Request | None:
         waiting = self.waiting
@@ -194,7 +191,7 @@ class QueueSet:
         self.tot_requests_executing = 0
         self.tot_seats_in_use = 0
         self.executing_sans_queue: set[Request] = set()
-        self._heap: list[int] = []  # finish R << _INDEX_BITS | queue index
+        self._heap: list[tuple[int, int]] = []  # (finish R, queue index)
         # Hands as tuples of shared index ints (one object per queue index, not per card):
         # a look-up then touches far fewer cache lines (ints above 256 are not cached).
         self._hands: dict[int, tuple[int, ...]] = {}
@@ -243,8 +240,6 @@ class QueueSet:
         if self.on_segments_full is not None:
             self.on_segments_full()  # fold with the old limits before they change
         if desired_num_queues > 0:
-            if desired_num_queues > _INDEX_MASK:
-                raise ValueError(f"at most {_INDEX_MASK} queues (heap entries hold the index)")
             while len(self.queues) < desired_num_queues:
                 self.queues.append(Queue(len(self.queues)))
             self.queue_length_limit = queue_length_limit
@@ -483,7 +478,7 @@ class QueueSet:
         r = queue.next_dispatch_r
         if r < head.arrival_r:
             r = queue.next_dispatch_r = head.arrival_r
-        key = (r + head.total_work) << _INDEX_BITS | queue.index
+        key = (r + head.total_work, queue.index)
         if key != queue.heap_key:
             queue.heap_key = key
             if replace:
@@ -495,7 +490,7 @@ class QueueSet:
         head = queue.head()
         if head is None:
             return
-        key = (queue.next_dispatch_r + head.total_work) << _INDEX_BITS | queue.index
+        key = (queue.next_dispatch_r + head.total_work, queue.index)
         if key != queue.heap_key:
             queue.heap_key = key
             heappush(self._heap, key)
@@ -522,21 +517,21 @@ class QueueSet:
         ):
             pass
 
-    def _pop_valid(self) -> int | None:
+    def _pop_valid(self) -> tuple[int, int] | None:
         """Pop the smallest live entry (its queue's ``heap_key`` becomes None), or None."""
         heap, queues = self._heap, self.queues
         while heap:
             key = heappop(heap)
-            queue = queues[key & _INDEX_MASK]
+            queue = queues[key[1]]
             if key == queue.heap_key:
                 queue.heap_key = None
                 if queue.n_waiting:
                     return key
         return None
 
-    def _repush(self, key: int) -> None:
+    def _repush(self, key: tuple[int, int]) -> None:
         """Put back a popped live entry (its queue's state has not changed since)."""
-        self.queues[key & _INDEX_MASK].heap_key = key
+        self.queues[key[1]].heap_key = key
         heappush(self._heap, key)
 
     def _find_dispatch_queue(self) -> Queue | None:
@@ -545,7 +540,7 @@ class QueueSet:
         heap, queues = self._heap, self.queues
         while heap:
             first = heap[0]
-            queue = queues[first & _INDEX_MASK]
+            queue = queues[first[1]]
             if first == queue.heap_key:
                 if queue.n_waiting:
                     break
@@ -554,30 +549,30 @@ class QueueSet:
         else:
             return None
         chosen = first
-        # Keys below ``bound`` have the same finish R as ``first``: a tie. The second
-        # smallest entry is one of the top's two children.
-        bound = ((first >> _INDEX_BITS) + 1) << _INDEX_BITS
+        # Entries with the same finish R as ``first`` are a tie. The second smallest entry is
+        # one of the top's two children.
+        finish_r = first[0]
         n = len(heap)
-        if (n > 1 and heap[1] < bound) or (n > 2 and heap[2] < bound):
+        if (n > 1 and heap[1][0] == finish_r) or (n > 2 and heap[2][0] == finish_r):
             heappop(heap)
             queue.heap_key = None
             ties = [first]
-            while heap and heap[0] < bound:
+            while heap and heap[0][0] == finish_r:
                 key = self._pop_valid()
                 if key is None:
                     break
-                if key >= bound:
+                if key[0] != finish_r:
                     self._repush(key)
                     break
                 ties.append(key)
             if len(ties) > 1:
                 nq = len(self.queues)
                 start = self.robin_index + 1
-                chosen = min(ties, key=lambda k: ((k & _INDEX_MASK) - start) % nq)
+                chosen = min(ties, key=lambda k: (k[1] - start) % nq)
                 for key in ties:
                     if key != chosen:
                         self._repush(key)
-                queue = queues[chosen & _INDEX_MASK]
+                queue = queues[chosen[1]]
         head = queue.head()
         assert head is not None
         if not self.can_accommodate(head.max_seats):
