@@ -256,7 +256,7 @@ class FlowControlMiddleware:
         scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.bypasses_flow_control:
             return None
-        controller = self._controller or self.controller
+        controller = self.controller
         classification = controller.classify(digest)
         work = self.estimator(digest, classification, scope)
         verb = digest.info.verb

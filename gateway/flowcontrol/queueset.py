@@ -627,13 +627,7 @@ class QueueSet:
         stats.dispatched += 1
         stats.executing_requests += 1
         stats.executing_seats += req.max_seats
-        demand = self.demand  # inlined _note_demand (hot path)
-        value = float(self.tot_seats_in_use + self.tot_seats_waiting)
-        demand.value = value
-        if value > demand.max:
-            demand.max = value
-        elif value < demand.min:
-            demand.min = value
+        self._note_demand()
 
     # ------------------------------------------------------------------ wait deadlines
     def set_wait_deadline(self, req: Request, when: float) -> None:
