@@ -30,7 +30,7 @@ from mypy_extensions import mypyc_attr
 
 from gateway.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
-from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, R_WORD, seats_times_duration
+from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
 from gateway.flowcontrol.segments import Segments
 from gateway.flowcontrol.shufflesharding import Dealer
 from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
@@ -86,12 +86,6 @@ class Queue:
 
     def is_empty(self) -> bool:
         return self.n_waiting == 0 and not self.executing
-
-
-@functools.cache
-def _initial_work(seats: int, estimated_service: float) -> int:
-    """Seats x G in seat-seconds; few distinct widths, so computed once each."""
-    return seats_times_duration(seats, estimated_service)
 
 
 class Request:
@@ -280,7 +274,7 @@ class QueueSet:
                 limit = self.concurrency_limit
                 ratio = (requested if requested < limit else limit) / self.active_queues
                 self.current_r += seats_times_duration(ratio, dt)
-                if self.current_r >= R_WORD and self.current_r >= HIGH_R:
+                if self.current_r >= HIGH_R:
                     self._advance_epoch()
             segments = self.segments
             key = segments.key(
@@ -333,7 +327,6 @@ class QueueSet:
     ) -> Request:
         """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
         now = self.sync_to(self._now())
-        seats = work.initial_seats
         req = Request(
             work,
             fs_name,
@@ -342,10 +335,7 @@ class QueueSet:
             descr,
             now,
             self.current_r,
-            # Most requests are one seat wide: their work is precomputed, no cache look-up.
-            self.estimated_service_ss
-            if seats == 1
-            else _initial_work(seats, self.estimated_service),
+            seats_times_duration(work.initial_seats, self.estimated_service),
         )
         flow_stats.work_estimated_seats.observe(req.max_seats)
         if self.desired_num_queues < 1:
