@@ -303,11 +303,9 @@ class FlowController:
     ) -> bool:
         return classification.level.qs.cancel(req, reason)
 
-    def finish(self, classification: Classification, req: Request, now: float = -1.0) -> None:
-        """``now``: the caller's clock reading, when it just took one (saves a read);
-        negative: read it here."""
+    def finish(self, classification: Classification, req: Request) -> None:
         level = classification.level
-        if level.qs.finish_at(req, now if now >= 0 else self.now()):
+        if level.qs.finish(req):
             self._reap(level)
 
     def _reap(self, level: PriorityLevel) -> None:

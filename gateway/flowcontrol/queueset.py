@@ -257,13 +257,7 @@ class QueueSet:
     # ------------------------------------------------------------------ time
     def sync_time(self) -> float:
         """Bring virtual time and the state segments up to the clock; returns its reading."""
-        return self.sync_to(self._now())
-
-    # The hot paths pass a clock reading they already have as a plain float (compiled, it stays
-    # unboxed). Not as a defaulted argument: mypyc (2.4.1) passes 0.0 for an omitted float
-    # default when compiled code calls the method on an interpreted subclass (tests have one).
-    def sync_to(self, now: float) -> float:
-        """``sync_time`` at ``now``, the caller's clock reading."""
+        now = self._now()
         dt = now - self.last_real_time
         if dt > 0:
             self.last_real_time = now
@@ -326,7 +320,7 @@ class QueueSet:
         wait_deadline: float | None = None,
     ) -> Request:
         """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
-        now = self.sync_to(self._now())
+        now = self.sync_time()
         req = Request(
             work,
             fs_name,
@@ -690,13 +684,9 @@ class QueueSet:
     # ------------------------------------------------------------------ completion
     def finish(self, req: Request) -> bool:
         """The request's main phase is over; returns whether the level is now idle."""
-        return self.finish_at(req, self._now())
-
-    def finish_at(self, req: Request, now: float) -> bool:
-        """``finish`` at ``now``, the caller's clock reading."""
         if req.state != EXECUTING:
             return self.is_idle
-        self.sync_to(now)
+        now = self.sync_time()
         req.state = FINISHED
         self.tot_requests_executing -= 1
         stats = req.flow_stats
