@@ -382,7 +382,7 @@ class QueueSet:
         stats.queue_length_after_enqueue.observe(1)
         queue.next_dispatch_r = max(queue.next_dispatch_r, req.arrival_r)
         now = self._start_from_queue(queue, req)
-        stats.wait_true.observe(now - req.arrival_time)
+        stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
 
@@ -392,7 +392,7 @@ class QueueSet:
         self.rejected += 1
         stats = req.flow_stats
         stats.rejected[reason] += 1
-        stats.wait_false.observe(0.0)
+        stats.wait_seconds["false"].observe(0.0)
         if self.on_reject is not None:
             self.on_reject()
 
@@ -583,7 +583,7 @@ class QueueSet:
         now = self._start_from_queue(queue, req)
         # Without a tie, the queue's entry is still the heap's top (heap_key set).
         self._requeue(queue, replace=queue.heap_key is not None)
-        req.flow_stats.wait_true.observe(now - req.arrival_time)
+        req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
         return True
@@ -670,7 +670,7 @@ class QueueSet:
         stats = req.flow_stats
         stats.rejected[reason] += 1
         # As Kubernetes: a request that waited is observed with execute="true".
-        stats.wait_true.observe(now - req.arrival_time)
+        stats.wait_seconds["true"].observe(now - req.arrival_time)
         self._note_demand()
         self._requeue(queue)
         if self.on_reject is not None:
