@@ -3,6 +3,7 @@
 Run by hand (needs ``valgrind`` from Debian):
 
     .venv/bin/python bench/bench_instructions.py --rounds 3
+    .venv/bin/python bench/bench_instructions.py --rounds 3 --baseline-tree /tmp/base  # before
 
 Throughput on these shared machines moves by 20% between runs, far more than the few percent
 APF is meant to cost; instruction counts do not (repeat runs agree within ~0.5%). Each gateway
@@ -76,6 +77,31 @@ def without_pf_headers(tree: Path, dest: Path) -> Path:
         raise RuntimeError(f"{app}: expected the line {RELAY!r} once; update this benchmark")
     without = RELAY.replace("added_headers(scope),", "None,")
     app.write_text(source.replace(RELAY, without))
+    return dest
+
+
+def variants_of(
+    tree: Path, bare_dest: Path, impl: tuple[str, ...]
+) -> tuple[tuple[str, Path, tuple[str, ...]], ...]:
+    """(name, tree, extra server arguments) of the three variants measured for ``tree``."""
+    bare = without_pf_headers(tree, bare_dest)
+    return (
+        ("apf-off", tree, (*OFF, *impl)),
+        ("apf-on", tree, impl),
+        ("apf-on, no PF headers", bare, impl),
+    )
+
+
+def compile_checkout(checkout: Path, dest: Path) -> Path:
+    """``checkout`` built with the compiled hot path into ``dest``, by that checkout's own
+    ``build_tree`` (which copies the sources next to the ``gateway`` package it is imported
+    from, so another checkout has to import it in a process of its own)."""
+    if checkout == ROOT:
+        return build_tree(dest, PY)
+    code = "import sys; from pathlib import Path; from gateway.compiled import build_tree; "
+    code += "build_tree(Path(sys.argv[1]), sys.executable)"
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    subprocess.run([PY, "-c", code, str(dest)], cwd=checkout, env=env, check=True)
     return dest
 
 
@@ -180,6 +206,11 @@ def main() -> int:
         "instead of building one",
     )  # fmt: skip
     parser.add_argument(
+        "--baseline-tree", type=Path,
+        help="a checkout of another commit (git worktree add --detach), measured in the same "
+        "run: its rounds interleave with this checkout's, and a before / after table follows",
+    )  # fmt: skip
+    parser.add_argument(
         "--keep", action="store_true",
         help="keep the work directory with every callgrind profile, for callgrind_annotate",
     )  # fmt: skip
@@ -190,38 +221,57 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     (work / "settings.yaml").write_text(SETTINGS)
-    trees: dict[str, Path] = {}
-    if args.build != "compiled":
-        trees["interpreted"] = ROOT
-    if args.build != "interpreted":
-        trees["compiled"] = args.compiled_tree or build_tree(work / "tree", PY)
+    # side ("" for this checkout alone, or "before" / "after") -> build -> tree
+    sides: dict[str, dict[str, Path]] = {}
+    checkouts = {"before": args.baseline_tree, "after": ROOT} if args.baseline_tree else {"": ROOT}
+    for side, checkout in checkouts.items():
+        trees = sides[side] = {}
+        if args.build != "compiled":
+            trees["interpreted"] = checkout
+        if args.build != "interpreted":
+            if checkout == ROOT and args.compiled_tree:
+                trees["compiled"] = args.compiled_tree
+            else:
+                trees["compiled"] = compile_checkout(checkout, work / f"tree-{side or 'this'}")
     started = time.monotonic()
     print(f"HTTP implementation: {args.http_implementation or 'the default'}")
     print(f"Python {sys.version.split()[0]}, {args.requests} requests over "
           f"{args.connections} connections after {args.warmup} warm-up, path {PATH}")  # fmt: skip
-    for build, tree in trees.items():
-        bare = without_pf_headers(tree, work / f"no-pf-headers-{build}")
-        variants = (
-            ("apf-off", tree, (*OFF, *impl)),
-            ("apf-on", tree, impl),
-            ("apf-on, no PF headers", bare, impl),
-        )
-        results: dict[str, list[float]] = {}
+    unit = "estimated cycles" if args.cache_sim else "instructions"
+    for build in sides[next(iter(sides))]:
+        variants = {
+            side: variants_of(trees[build], work / f"no-pf-headers-{build}-{side or 'this'}", impl)
+            for side, trees in sides.items()
+        }
+        results: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
         for _ in range(args.rounds):
-            for name, where, extra in variants:
-                results.setdefault(name, []).append(measure(where, extra, args, work))
-        median = {name: statistics.median(values) for name, values in results.items()}
-        off, on, bare_on = median["apf-off"], median["apf-on"], median["apf-on, no PF headers"]
-        unit = "estimated cycles" if args.cache_sim else "instructions"
-        print(f"\n| variant ({build}) | {unit} per request | APF off / variant |")
-        print("|---|---|---|")
-        for name, value in median.items():
-            spread = (
-                f" ({min(results[name]):,.0f}-{max(results[name]):,.0f})" if args.rounds > 1 else ""
-            )
-            print(f"| {name} | {value:,.0f}{spread} | {off / value:.3f}x |")
-        print(f"admission: {bare_on - off:+,.0f} per request; "
-              f"the two PF headers in the server: {on - bare_on:+,.0f}")  # fmt: skip
+            for side in sides:  # the sides alternate within each round
+                for name, where, extra in variants[side]:
+                    value = measure(where, extra, args, work)
+                    results[side].setdefault(name, []).append(value)
+        medians = {
+            side: {name: statistics.median(values) for name, values in by_name.items()}
+            for side, by_name in results.items()
+        }
+        for side, median in medians.items():
+            off, on, bare_on = median["apf-off"], median["apf-on"], median["apf-on, no PF headers"]
+            label = f"{build}, {side}" if side else build
+            print(f"\n| variant ({label}) | {unit} per request | APF off / variant |")
+            print("|---|---|---|")
+            for name, value in median.items():
+                values = results[side][name]
+                spread = f" ({min(values):,.0f}-{max(values):,.0f})" if args.rounds > 1 else ""
+                print(f"| {name} | {value:,.0f}{spread} | {off / value:.3f}x |")
+            print(f"admission: {bare_on - off:+,.0f} per request; "
+                  f"the two PF headers in the server: {on - bare_on:+,.0f}")  # fmt: skip
+        if args.baseline_tree:
+            before, after = medians["before"], medians["after"]
+            print(f"\n| {build} | before | after | after / before |\n|---|---|---|---|")
+            for name in before:
+                print(f"| {name} | {before[name]:,.0f} | {after[name]:,.0f} | "
+                      f"{after[name] / before[name]:.3f}x |")  # fmt: skip
+            print(f"| APF on / off | {before['apf-off'] / before['apf-on']:.3f}x | "
+                  f"{after['apf-off'] / after['apf-on']:.3f}x | |")  # fmt: skip
     if args.keep:
         print(f"profiles kept in {work} (callgrind.<port>.1, one per measurement)")
     else:

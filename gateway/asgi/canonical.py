@@ -119,25 +119,15 @@ def canonicalize(scope: Scope) -> Scope:
     query: bytes = scope["query_string"]
     if (raw, query) in _KNOWN:
         return scope
-    # The common case, checked inline as it runs on every request (``find`` is cheaper than
-    # ``in`` for bytes here).
-    if (
-        raw is not None
-        and raw[:1] == b"/"
-        and not raw.translate(None, _PATH_PLAIN)
-        and raw.find(b"//") < 0
-        and raw.find(b"/.") < 0
-        and (not query or not query.translate(None, _QUERY_PLAIN))
-        and len(scope["path"]) == len(raw)  # no "%": the server's decoding changed nothing
-    ):
-        if len(_KNOWN) >= _KNOWN_SIZE:
-            _KNOWN.clear()
-        _KNOWN[raw, query] = None
-        return scope
+    sent = raw
     if raw is None:  # optional in ASGI: rebuild it from the decoded path
         raw = quote(scope["path"], safe=_PATH_PLAIN.decode("ascii")).encode("ascii")
     path, canonical = canonical_path(raw)
     fixed_query = canonical_query(query)
     if canonical is raw and fixed_query is query and path == scope["path"]:
+        if sent is not None:
+            if len(_KNOWN) >= _KNOWN_SIZE:
+                _KNOWN.clear()
+            _KNOWN[sent, query] = None
         return scope
     return {**scope, "path": path, "raw_path": canonical, "query_string": fixed_query}

@@ -198,14 +198,6 @@ class FlowControlMiddleware:
                 for req in qs.waiting_requests(queue):
                     qs.cancel(req, "time-out")
 
-    def _estimate(
-        self, digest: RequestDigest, classification: Classification, scope: Scope
-    ) -> WorkEstimate:
-        estimator = self.estimator
-        if estimator is unit_estimator:
-            return UNIT_WORK
-        return estimator(digest, classification, scope)
-
     def _pf_headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
         seen = self._uid_headers.get(id(c))
         if seen is not None and seen[0] is c:
@@ -264,9 +256,9 @@ class FlowControlMiddleware:
         scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.bypasses_flow_control:
             return None
-        controller = self._controller or self.controller
+        controller = self.controller
         classification = controller.classify(digest)
-        work = self._estimate(digest, classification, scope)
+        work = self.estimator(digest, classification, scope)
         verb = digest.info.verb
         return try_start(
             controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,

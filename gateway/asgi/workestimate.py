@@ -129,12 +129,10 @@ class GatewayEstimator:
             scope[ROUTE_KEY] = estimate.route
         return estimate.work
 
-    def should_learn(self, info: RequestInfo, now: float = -1.0) -> bool:
+    def should_learn(self, info: RequestInfo) -> bool:
         """One list response per collection and interval is read for its size; the others
-        pass straight through (reading every response costs more than admission itself).
-        ``now``: a clock reading the caller has (negative: read the clock)."""
-        if now < 0:
-            now = self.now()
+        pass straight through (reading every response costs more than admission itself)."""
+        now = self.now()
         key = (info.api_group, info.resource, info.namespace)
         last = self._learning.get(key)
         if last is not None and now - last < self.list_learning_interval:

@@ -32,8 +32,6 @@ from gateway.flowcontrol.stats import FlowStats
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
 DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
 CLASSIFICATION_CACHE_SIZE: Final = 65536
-# The identity cache keeps its digests alive; as many as the front door's digest cache holds.
-DIGEST_CACHE_SIZE: Final = 8192
 
 
 class ObjectSet(Protocol):
@@ -105,9 +103,6 @@ class FlowController:
         self.kinds = RequestKindTracker(clock)
         self._mandatory = mandatory
         self._cache: dict[tuple[Any, ...], Classification] = {}
-        # Front doors reuse digest objects for repeated requests: by identity first (an int
-        # key), then by value. Entries hold their digest, so an id is never reused while cached.
-        self._by_digest: dict[int, tuple[RequestDigest, Classification]] = {}
         # Called after every computation of the levels' limits (once per re-digest).
         self.on_digest: list[Callable[[], None]] = []
         self.config: ObjectSet = SimpleObjectSet()  # the configuration last applied
@@ -169,7 +164,6 @@ class FlowController:
             fs.name: object_uid("FlowSchema", fs.name, fs.metadata.uid) for fs in ordered
         }
         self._cache.clear()
-        self._by_digest.clear()
 
     def _set_limits(self) -> None:
         total = sum(shares(level.config) for level in self.levels.values())
@@ -199,16 +193,6 @@ class FlowController:
 
     # ------------------------------------------------------------------ classification
     def classify(self, digest: RequestDigest) -> Classification:
-        seen = self._by_digest.get(id(digest))
-        if seen is not None and seen[0] is digest:
-            return seen[1]
-        found = self._classify_cached(digest)
-        if len(self._by_digest) >= DIGEST_CACHE_SIZE:
-            self._by_digest.clear()
-        self._by_digest[id(digest)] = (digest, found)
-        return found
-
-    def _classify_cached(self, digest: RequestDigest) -> Classification:
         user = digest.user
         info = digest.info
         if info.is_resource_request:
@@ -299,11 +283,9 @@ class FlowController:
     ) -> bool:
         return classification.level.qs.cancel(req, reason)
 
-    def finish(self, classification: Classification, req: Request, now: float = -1.0) -> None:
-        """``now``: the caller's clock reading, when it just took one (saves a read);
-        negative: read it here."""
+    def finish(self, classification: Classification, req: Request) -> None:
         level = classification.level
-        if level.qs.finish_at(req, now if now >= 0 else self.now()):
+        if level.qs.finish(req):
             self._reap(level)
 
     def _reap(self, level: PriorityLevel) -> None:

@@ -87,9 +87,9 @@ class Admission(_Started):
         req = self.request
         stats = self.classification.flow_stats
         now = controller.now()
-        (stats.exec_watch if self.watch else stats.exec_regular).observe(now - req.start_time)
+        stats.execution_seconds["watch" if self.watch else "regular"].observe(now - req.start_time)
         controller.kinds.add("executing", self.read_only, -1)
-        controller.finish(self.classification, req, now)
+        controller.finish(self.classification, req)
 
     async def __aenter__(self) -> Admission:
         return self

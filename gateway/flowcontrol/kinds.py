@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final
 
 from gateway.clock import Clock
-from gateway.flowcontrol.segments import SEGMENT_BITS, Segments
+from gateway.flowcontrol.segments import Segments
 from gateway.flowcontrol.stats import READ_WRITE_BUCKETS, TimingHistogram
 from gateway.flowcontrol.watermark import Watermark
 
@@ -66,7 +66,6 @@ class RequestKindTracker:
 
     def add(self, phase: str, read_only: bool, delta: int) -> None:
         self._advance()
-        key = self._key
         # The phase's base slot, without a dict look-up (a KeyError for another phase).
         if phase == "executing":
             base = _EXECUTING_BASE
@@ -75,18 +74,9 @@ class RequestKindTracker:
         else:
             raise KeyError(phase)
         slot = base + (0 if read_only else 1)
-        mark = self._marks[slot]
-        current = mark.current + delta
-        mark.current = current
-        mark.window_max = max(mark.window_max, current)
-        if key >= 0 and current >> SEGMENT_BITS == 0:
-            # Every count was and stays in range: only this slot's field changes, by delta.
-            self._key = key + (delta << slot * SEGMENT_BITS)
-        else:
-            ms = self._marks
-            self._key = self._segments.key(
-                ms[0].current, ms[1].current, ms[2].current, ms[3].current
-            )
+        ms = self._marks
+        ms[slot].add(delta)
+        self._key = self._segments.key(ms[0].current, ms[1].current, ms[2].current, ms[3].current)
 
     def _fold(self) -> None:
         dens = [self.denominators[phase] for phase, _ in _SLOTS]

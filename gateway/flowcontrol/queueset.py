@@ -9,9 +9,9 @@ are free nothing is dispatched ("no accommodation"), so wide requests are not st
 Differences from the Go code, none of them observable in dispatch order:
 - queues with waiting requests sit in a heap keyed by virtual finish time (stale entries are
   skipped), so choosing the next queue costs O(log queues) instead of a scan of every queue;
-  ties are still broken by round-robin distance exactly as the scan would. An entry is one int,
-  ``finish R << 32 | queue index`` (ints compare faster than tuples), valid while it equals
-  its queue's ``heap_key``; removing a queue renumbers the others, so it rebuilds the heap;
+  ties are still broken by round-robin distance exactly as the scan would. An entry is
+  ``(finish R, queue index)``, valid while it equals its queue's ``heap_key``; removing a
+  queue renumbers the others, so it rebuilds the heap;
 - cancelled requests are marked and skipped at the head instead of unlinked from a list;
 - seat-second arithmetic uses Python integers, which do not wrap; the epoch advance still runs
   at the same threshold so long runs behave (and count) the same.
@@ -30,7 +30,7 @@ from mypy_extensions import mypyc_attr
 
 from gateway.clock import EventClock, Timer
 from gateway.flowcontrol.digest import WorkEstimate
-from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, R_WORD, seats_times_duration
+from gateway.flowcontrol.seats import HIGH_R, R_DECREMENT, seats_times_duration
 from gateway.flowcontrol.segments import Segments
 from gateway.flowcontrol.shufflesharding import Dealer
 from gateway.flowcontrol.stats import FlowStats, TimeIntegrator
@@ -45,9 +45,6 @@ REJECTED: Final = 2
 FINISHED: Final = 3  # main phase over (seats may still be held for the additional latency)
 
 _entry_seq = itertools.count()
-# Heap entries are ints: virtual finish R in the high bits, the queue's index in the low ones.
-_INDEX_BITS: Final = 32
-_INDEX_MASK: Final = (1 << _INDEX_BITS) - 1
 
 
 class Queue:
@@ -76,7 +73,7 @@ class Queue:
         self.next_dispatch_r = 0
         # The key of this queue's live heap entry (None: none in the heap). Pushing the same
         # key again is skipped: the entry there is still right.
-        self.heap_key: int | None = None
+        self.heap_key: tuple[int, int] | None = None
 
     def head(self) -> Request | None:
         waiting = self.waiting
@@ -89,12 +86,6 @@ class Queue:
 
     def is_empty(self) -> bool:
         return self.n_waiting == 0 and not self.executing
-
-
-@functools.cache
-def _initial_work(seats: int, estimated_service: float) -> int:
-    """Seats x G in seat-seconds; few distinct widths, so computed once each."""
-    return seats_times_duration(seats, estimated_service)
 
 
 class Request:
@@ -194,7 +185,7 @@ class QueueSet:
         self.tot_requests_executing = 0
         self.tot_seats_in_use = 0
         self.executing_sans_queue: set[Request] = set()
-        self._heap: list[int] = []  # finish R << _INDEX_BITS | queue index
+        self._heap: list[tuple[int, int]] = []  # (finish R, queue index)
         # Hands as tuples of shared index ints (one object per queue index, not per card):
         # a look-up then touches far fewer cache lines (ints above 256 are not cached).
         self._hands: dict[int, tuple[int, ...]] = {}
@@ -243,8 +234,6 @@ class QueueSet:
         if self.on_segments_full is not None:
             self.on_segments_full()  # fold with the old limits before they change
         if desired_num_queues > 0:
-            if desired_num_queues > _INDEX_MASK:
-                raise ValueError(f"at most {_INDEX_MASK} queues (heap entries hold the index)")
             while len(self.queues) < desired_num_queues:
                 self.queues.append(Queue(len(self.queues)))
             self.queue_length_limit = queue_length_limit
@@ -268,13 +257,7 @@ class QueueSet:
     # ------------------------------------------------------------------ time
     def sync_time(self) -> float:
         """Bring virtual time and the state segments up to the clock; returns its reading."""
-        return self.sync_to(self._now())
-
-    # The hot paths pass a clock reading they already have as a plain float (compiled, it stays
-    # unboxed). Not as a defaulted argument: mypyc (2.4.1) passes 0.0 for an omitted float
-    # default when compiled code calls the method on an interpreted subclass (tests have one).
-    def sync_to(self, now: float) -> float:
-        """``sync_time`` at ``now``, the caller's clock reading."""
+        now = self._now()
         dt = now - self.last_real_time
         if dt > 0:
             self.last_real_time = now
@@ -285,7 +268,7 @@ class QueueSet:
                 limit = self.concurrency_limit
                 ratio = (requested if requested < limit else limit) / self.active_queues
                 self.current_r += seats_times_duration(ratio, dt)
-                if self.current_r >= R_WORD and self.current_r >= HIGH_R:
+                if self.current_r >= HIGH_R:
                     self._advance_epoch()
             segments = self.segments
             key = segments.key(
@@ -337,8 +320,7 @@ class QueueSet:
         wait_deadline: float | None = None,
     ) -> Request:
         """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
-        now = self.sync_to(self._now())
-        seats = work.initial_seats
+        now = self.sync_time()
         req = Request(
             work,
             fs_name,
@@ -347,10 +329,7 @@ class QueueSet:
             descr,
             now,
             self.current_r,
-            # Most requests are one seat wide: their work is precomputed, no cache look-up.
-            self.estimated_service_ss
-            if seats == 1
-            else _initial_work(seats, self.estimated_service),
+            seats_times_duration(work.initial_seats, self.estimated_service),
         )
         flow_stats.work_estimated_seats.observe(req.max_seats)
         if self.desired_num_queues < 1:
@@ -403,7 +382,7 @@ class QueueSet:
         stats.queue_length_after_enqueue.observe(1)
         queue.next_dispatch_r = max(queue.next_dispatch_r, req.arrival_r)
         now = self._start_from_queue(queue, req)
-        stats.wait_true.observe(now - req.arrival_time)
+        stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
 
@@ -413,7 +392,7 @@ class QueueSet:
         self.rejected += 1
         stats = req.flow_stats
         stats.rejected[reason] += 1
-        stats.wait_false.observe(0.0)
+        stats.wait_seconds["false"].observe(0.0)
         if self.on_reject is not None:
             self.on_reject()
 
@@ -483,7 +462,7 @@ class QueueSet:
         r = queue.next_dispatch_r
         if r < head.arrival_r:
             r = queue.next_dispatch_r = head.arrival_r
-        key = (r + head.total_work) << _INDEX_BITS | queue.index
+        key = (r + head.total_work, queue.index)
         if key != queue.heap_key:
             queue.heap_key = key
             if replace:
@@ -495,7 +474,7 @@ class QueueSet:
         head = queue.head()
         if head is None:
             return
-        key = (queue.next_dispatch_r + head.total_work) << _INDEX_BITS | queue.index
+        key = (queue.next_dispatch_r + head.total_work, queue.index)
         if key != queue.heap_key:
             queue.heap_key = key
             heappush(self._heap, key)
@@ -522,21 +501,21 @@ class QueueSet:
         ):
             pass
 
-    def _pop_valid(self) -> int | None:
+    def _pop_valid(self) -> tuple[int, int] | None:
         """Pop the smallest live entry (its queue's ``heap_key`` becomes None), or None."""
         heap, queues = self._heap, self.queues
         while heap:
             key = heappop(heap)
-            queue = queues[key & _INDEX_MASK]
+            queue = queues[key[1]]
             if key == queue.heap_key:
                 queue.heap_key = None
                 if queue.n_waiting:
                     return key
         return None
 
-    def _repush(self, key: int) -> None:
+    def _repush(self, key: tuple[int, int]) -> None:
         """Put back a popped live entry (its queue's state has not changed since)."""
-        self.queues[key & _INDEX_MASK].heap_key = key
+        self.queues[key[1]].heap_key = key
         heappush(self._heap, key)
 
     def _find_dispatch_queue(self) -> Queue | None:
@@ -545,7 +524,7 @@ class QueueSet:
         heap, queues = self._heap, self.queues
         while heap:
             first = heap[0]
-            queue = queues[first & _INDEX_MASK]
+            queue = queues[first[1]]
             if first == queue.heap_key:
                 if queue.n_waiting:
                     break
@@ -554,30 +533,30 @@ class QueueSet:
         else:
             return None
         chosen = first
-        # Keys below ``bound`` have the same finish R as ``first``: a tie. The second
-        # smallest entry is one of the top's two children.
-        bound = ((first >> _INDEX_BITS) + 1) << _INDEX_BITS
+        # Entries with the same finish R as ``first`` are a tie. The second smallest entry is
+        # one of the top's two children.
+        finish_r = first[0]
         n = len(heap)
-        if (n > 1 and heap[1] < bound) or (n > 2 and heap[2] < bound):
+        if (n > 1 and heap[1][0] == finish_r) or (n > 2 and heap[2][0] == finish_r):
             heappop(heap)
             queue.heap_key = None
             ties = [first]
-            while heap and heap[0] < bound:
+            while heap and heap[0][0] == finish_r:
                 key = self._pop_valid()
                 if key is None:
                     break
-                if key >= bound:
+                if key[0] != finish_r:
                     self._repush(key)
                     break
                 ties.append(key)
             if len(ties) > 1:
                 nq = len(self.queues)
                 start = self.robin_index + 1
-                chosen = min(ties, key=lambda k: ((k & _INDEX_MASK) - start) % nq)
+                chosen = min(ties, key=lambda k: (k[1] - start) % nq)
                 for key in ties:
                     if key != chosen:
                         self._repush(key)
-                queue = queues[chosen & _INDEX_MASK]
+                queue = queues[chosen[1]]
         head = queue.head()
         assert head is not None
         if not self.can_accommodate(head.max_seats):
@@ -604,7 +583,7 @@ class QueueSet:
         now = self._start_from_queue(queue, req)
         # Without a tie, the queue's entry is still the heap's top (heap_key set).
         self._requeue(queue, replace=queue.heap_key is not None)
-        req.flow_stats.wait_true.observe(now - req.arrival_time)
+        req.flow_stats.wait_seconds["true"].observe(now - req.arrival_time)
         if req.on_decided is not None:
             req.on_decided(req)
         return True
@@ -632,13 +611,7 @@ class QueueSet:
         stats.dispatched += 1
         stats.executing_requests += 1
         stats.executing_seats += req.max_seats
-        demand = self.demand  # inlined _note_demand (hot path)
-        value = float(self.tot_seats_in_use + self.tot_seats_waiting)
-        demand.value = value
-        if value > demand.max:
-            demand.max = value
-        elif value < demand.min:
-            demand.min = value
+        self._note_demand()
 
     # ------------------------------------------------------------------ wait deadlines
     def set_wait_deadline(self, req: Request, when: float) -> None:
@@ -697,7 +670,7 @@ class QueueSet:
         stats = req.flow_stats
         stats.rejected[reason] += 1
         # As Kubernetes: a request that waited is observed with execute="true".
-        stats.wait_true.observe(now - req.arrival_time)
+        stats.wait_seconds["true"].observe(now - req.arrival_time)
         self._note_demand()
         self._requeue(queue)
         if self.on_reject is not None:
@@ -711,13 +684,9 @@ class QueueSet:
     # ------------------------------------------------------------------ completion
     def finish(self, req: Request) -> bool:
         """The request's main phase is over; returns whether the level is now idle."""
-        return self.finish_at(req, self._now())
-
-    def finish_at(self, req: Request, now: float) -> bool:
-        """``finish`` at ``now``, the caller's clock reading."""
         if req.state != EXECUTING:
             return self.is_idle
-        self.sync_to(now)
+        now = self.sync_time()
         req.state = FINISHED
         self.tot_requests_executing -= 1
         stats = req.flow_stats

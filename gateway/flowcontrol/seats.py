@@ -14,9 +14,6 @@ MAX_SEAT_SECONDS: Final = 2**64 - 1
 # Epoch advance (overflow guard) thresholds from the queueset.
 R_DECREMENT: Final = MAX_SEAT_SECONDS // 2
 HIGH_R: Final = R_DECREMENT + R_DECREMENT // 2
-# Test R against this first: compiled, comparing with HIGH_R (past a machine word) is a
-# generic object comparison, while R below 2**61 is a machine int and far below HIGH_R.
-R_WORD: Final = 1 << 61
 
 
 def round_half_up(x: float) -> int:

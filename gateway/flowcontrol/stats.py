@@ -78,8 +78,6 @@ class FlowStats:
 
     __slots__ = (
         "dispatched",
-        "exec_regular",
-        "exec_watch",
         "executing_requests",
         "executing_seats",
         "execution_seconds",
@@ -88,9 +86,7 @@ class FlowStats:
         "no_accommodation",
         "queue_length_after_enqueue",
         "rejected",
-        "wait_false",
         "wait_seconds",
-        "wait_true",
         "watch_count_samples",
         "work_estimated_seats",
     )
@@ -104,15 +100,16 @@ class FlowStats:
         self.executing_seats = 0
         self.no_accommodation = 0
         self.queue_length_after_enqueue = Histogram(QUEUE_LENGTH_BUCKETS)
-        # The labelled histograms are also attributes: the hot path skips the dict look-ups.
-        self.wait_true = Histogram(DURATION_BUCKETS)
-        self.wait_false = Histogram(DURATION_BUCKETS)
-        self.exec_regular = Histogram(DURATION_BUCKETS)
-        self.exec_watch = Histogram(DURATION_BUCKETS)
         # label execute="true"/"false"
-        self.wait_seconds = {"true": self.wait_true, "false": self.wait_false}
+        self.wait_seconds = {
+            "true": Histogram(DURATION_BUCKETS),
+            "false": Histogram(DURATION_BUCKETS),
+        }
         # label type="regular"/"watch"
-        self.execution_seconds = {"regular": self.exec_regular, "watch": self.exec_watch}
+        self.execution_seconds = {
+            "regular": Histogram(DURATION_BUCKETS),
+            "watch": Histogram(DURATION_BUCKETS),
+        }
         self.watch_count_samples = Histogram(WATCH_COUNT_BUCKETS)
         self.work_estimated_seats = Histogram(WORK_SEATS_BUCKETS)
 

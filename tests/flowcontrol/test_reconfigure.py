@@ -175,9 +175,9 @@ def test_quiescing_level_reaped_when_idle_by_cancellation_and_time_out() -> None
 def test_classification_caches_follow_a_reconfiguration() -> None:
     c, _ = controller()
     first = c.classify(ALICE)
-    assert c.classify(ALICE) is first  # the same digest object: the identity cache
+    assert c.classify(ALICE) is first
     twin = resource_request("alice")
-    assert twin is not ALICE and c.classify(twin) is first  # an equal digest: the value cache
+    assert twin is not ALICE and c.classify(twin) is first  # an equal digest: the same entry
     moved = flow_schema("fq", "other", rule(user("alice")), precedence=10)
     c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(moved, FO)))
     again = c.classify(ALICE)

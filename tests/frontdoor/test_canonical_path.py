@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 import pytest
 
-from gateway.asgi.canonical import BadPath, canonical_path, canonical_query
+from gateway.asgi.canonical import BadPath, canonical_path, canonical_query, canonicalize
 from tests.frontdoor.conftest import ServerThread, gateways, start_gateway
 from tests.frontdoor.recording_upstream import RecordingUpstream, get, recorder
 
@@ -63,6 +64,22 @@ REFUSED = [
 @pytest.mark.parametrize(("raw", "decoded", "sent"), ACCEPTED)
 def test_canonical_path(raw: str, decoded: str, sent: str) -> None:
     assert canonical_path(raw.encode("latin-1")) == (decoded, sent.encode("ascii"))
+
+
+@pytest.mark.parametrize(("raw", "decoded", "sent"), ACCEPTED)
+def test_a_target_seen_before_gives_the_same_scope(raw: str, decoded: str, sent: str) -> None:
+    """The second sight of a target (a plain one is answered from the memo) agrees with the
+    first."""
+    scope = {"path": unquote(raw), "raw_path": raw.encode("latin-1"), "query_string": b"a=%20"}
+    for _ in range(2):
+        result = canonicalize(dict(scope))
+        assert (result["path"], result["raw_path"]) == (decoded, sent.encode("ascii"))
+
+
+def test_a_plain_target_keeps_its_scope() -> None:
+    scope = {"path": "/api/v1/pods", "raw_path": b"/api/v1/pods", "query_string": b"limit=5"}
+    assert canonicalize(scope) is scope
+    assert canonicalize(scope) is scope  # seen before
 
 
 @pytest.mark.parametrize(("raw", "reason"), REFUSED)

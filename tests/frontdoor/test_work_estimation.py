@@ -253,11 +253,13 @@ def test_serve_runs_the_borrowing_adjuster(
         assert all(c.result().status_code == 200 for c in calls)
 
 
-def test_the_learning_check_uses_the_clock_reading_it_is_given() -> None:
-    estimator = GatewayEstimator(WorkEstimationSettings(), now=lambda: 100.0)
+def test_one_list_response_per_collection_and_interval_is_learned() -> None:
+    clock = FakeEventClock()
+    estimator = GatewayEstimator(WorkEstimationSettings(), now=clock.now)
     info = RequestInfo(True, "/api/v1/pods", "list", resource="pods")
-    assert estimator.should_learn(info, 5.0)
-    assert not estimator.should_learn(info, 5.5)  # within the 1 s interval of 5.0
-    assert estimator.should_learn(info, 6.5)
-    assert estimator.should_learn(info)  # no reading given: the clock's (100.0)
-    assert not estimator.should_learn(info, 100.5)
+    assert estimator.should_learn(info)
+    clock.advance(0.5)
+    assert not estimator.should_learn(info)  # within the 1 s interval
+    assert estimator.should_learn(RequestInfo(True, "/api/v1/nodes", "list", resource="nodes"))
+    clock.advance(0.6)
+    assert estimator.should_learn(info)
