@@ -411,8 +411,8 @@ class QueueSet:
         offset = self.enqueues % hand_size
         self.enqueues += 1
         if not self.tot_requests_waiting:
-            # Every queue's waiting work is 0: the first visited wins (a shortcut,
-            # kept under 1% for the APF on/off target, docs/performance.md).
+            # Every queue's waiting work is 0: the first visited wins (a shortcut, kept under 1%
+            # compiled for the interpreted 5 us target, docs/performance.md).
             return hand[offset]
         queues = self.queues
         best = hand[offset]
