@@ -111,9 +111,6 @@ class FlowControlMiddleware:
         self.error_format = error_format
         self.draining = False
         self._wait_limit = self.wait_limit  # bound once: passed with every request
-        # Classifications are cached by the controller, so their identity (an int key, with an
-        # identity check) finds the headers without building and hashing a string per request.
-        self._uid_headers: dict[int, tuple[Classification, list[tuple[bytes, bytes]]]] = {}
 
     @property
     def controller(self) -> FlowController:
@@ -199,14 +196,7 @@ class FlowControlMiddleware:
                     qs.cancel(req, "time-out")
 
     def _pf_headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
-        seen = self._uid_headers.get(id(c))
-        if seen is not None and seen[0] is c:
-            return seen[1]
-        found = [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
-        if len(self._uid_headers) > 4096:
-            self._uid_headers.clear()
-        self._uid_headers[id(c)] = (c, found)
-        return found
+        return [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -216,7 +206,8 @@ class FlowControlMiddleware:
         started = self._decide(scope)
         if isinstance(started, Admission):
             if kind == "http" and self._app_adds_headers and not started.watch:
-                # The common case, without _run's coroutine: the app adds the PF headers.
+                # The common case, without _run's coroutine: the app adds the PF headers
+                # (kept under 1% for the APF on/off target, docs/performance.md).
                 context = scope[CONTEXT_KEY]
                 assert isinstance(context, RequestContext)
                 context.response_headers = self._pf_headers(started.classification)
