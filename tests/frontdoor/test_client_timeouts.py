@@ -122,9 +122,9 @@ def test_slowloris_heads_get_408_and_close_while_others_are_served(
     # do not extend the head deadline; meanwhile a normal client is answered.
     gateway = start(upstream, impl, maxConnections=320)
     gateways.append(gateway)
+    started = time.monotonic()  # before connecting: each head's deadline runs from its accept
     socks = [connect(gateway.port) for _ in range(300)]
     try:
-        started = time.monotonic()
         for s in socks:
             s.sendall(PARTIAL_HEAD)
         replies: dict[socket.socket, bytes] = {s: b"" for s in socks}
