@@ -263,9 +263,10 @@ class Gateway:
             self.flow_control.drain()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The probes' check is inlined here: one coroutine layer less on every request
-        # (kept: >= 1% of APF-on instructions, docs/performance.md).
         kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
         if kind in ("http", "websocket"):
             # Everything below (probes, admission, the proxy) reads this one canonical path.
             try:
@@ -276,13 +277,7 @@ class Gateway:
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
-            if kind == "http" and scope["path"] in HealthEndpoints.PATHS:
-                await self.health(scope, receive, send)
-                return
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        await self.admission(scope, receive, send)
+        await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
