@@ -319,3 +319,18 @@ def test_queued_request_keeps_its_body(
     r = queued.result()
     assert r.status_code == 200
     assert r.json()["bytes"] == len(body)
+
+
+def test_a_queued_request_gets_the_pf_headers_once(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    running = hold(pool, gw, "/queue/hold/a")
+    wait_until(lambda: "a" in holding(upstream))
+    queued = hold(pool, gw, "/queue/echo")
+    wait_until(lambda: level_state(gw, "tiny-queue")["waiting"] == 1)
+    httpx.get(upstream.url + "/release/a")
+    assert running.result().status_code == 200
+    r = queued.result()
+    assert r.status_code == 200
+    assert len(r.headers.get_list("x-kubernetes-pf-flowschema-uid")) == 1
+    assert len(r.headers.get_list("x-kubernetes-pf-prioritylevel-uid")) == 1
