@@ -3,7 +3,7 @@
 Run by hand (needs ``valgrind`` from Debian):
 
     .venv/bin/python bench/bench_instructions.py --rounds 3
-    .venv/bin/python bench/bench_instructions.py --rounds 3 --baseline-tree /tmp/base  # before
+    .venv/bin/python bench/bench_instructions.py --rounds 3 --baseline-tree <old checkout>
 
 Throughput on these shared machines moves by 20% between runs, far more than the few percent
 APF is meant to cost; instruction counts do not (repeat runs agree within ~0.5%). Each gateway
