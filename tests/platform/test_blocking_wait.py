@@ -4,6 +4,7 @@ completes and is recorded later."""
 
 from __future__ import annotations
 
+import contextlib
 import select
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_platform_up import free_port, start_up
+from test_platform_up import descendants, free_port, start_up
 
 from gateway.cli.up import DEFAULT_API_KEY
 from tests.support.wait import async_wait_for
@@ -87,16 +88,12 @@ def test_up_refuses_a_read_timeout_that_would_cut_blocking_invokes(tmp_path: Pat
     assert "--upstream-read-timeout (5s) must be longer than --max-blocking-wait (5s)" in out
 
 
-def _children(pid: int) -> list[list[str]]:
-    """The argv of each direct child of ``pid``, from /proc."""
+def _argvs(pid: int) -> list[list[str]]:
+    """The argv of each process below ``pid``."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                found.append((stat.parent / "cmdline").read_bytes().decode().split("\0")[:-1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            found.append(Path(f"/proc/{child}/cmdline").read_bytes().decode().split("\0")[:-1])
     return found
 
 
@@ -116,7 +113,7 @@ def test_default_settings_give_the_front_door_more_time_than_the_blocking_wait(
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
         assert ready and proc.stdout.readline().startswith(b"apf-gateway is up")
-        children = _children(proc.pid)
+        children = _argvs(proc.pid)
     finally:
         stop(proc)
     command = {argv[3]: argv for argv in children if argv[1:3] == ["-m", "gateway"]}
