@@ -1,0 +1,42 @@
+"""A FastAPI app behind API Priority and Fairness, in-process.
+
+Run: pip install apf-gateway fastapi && uvicorn fastapi_app:app (in this folder).
+"""
+
+import asyncio
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+
+from gateway.asgi.context import request_context
+from gateway.sidecar import build_middleware
+
+HERE = Path(__file__).parent
+api = FastAPI()
+
+
+@api.get("/api/v1/namespaces/{namespace}/reports")
+async def list_reports(namespace: str, request: Request) -> dict[str, object]:
+    context = request_context(request.scope)  # how admission described the request
+    assert context is not None
+    digest = context.digest
+    return {"kind": "ReportList", "items": [], "user": digest.user.name,
+            "verb": digest.info.verb, "resource": digest.info.resource}  # fmt: skip
+
+
+@api.post("/api/v1/namespaces/{namespace}/reports")
+async def create_report(namespace: str, seconds: float = 0.1) -> dict[str, object]:
+    await asyncio.sleep(min(seconds, 60))  # stands in for slow work holding its seat
+    return {"kind": "Report", "namespace": namespace}
+
+
+app = build_middleware(
+    api,
+    config_files=[HERE / "flowcontrol.yaml"],
+    token_file=HERE / "tokens.csv",
+    settings={
+        "maxRequestsInflight": 20,
+        "maxMutatingRequestsInflight": 10,
+        "tooManyRequestsBody": "status",
+    },
+)
