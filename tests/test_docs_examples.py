@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKED = re.compile(r"<!-- example: (\S+) -->\n```[\w-]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-MARKER = re.compile(r"<!-- example: (\S+) -->")
+# A marker is a line of its own (a mention inside a sentence is not one).
+MARKED = re.compile(r"^<!-- example: (\S+) -->\n```[\w-]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+MARKER = re.compile(r"^<!-- example: (\S+) -->$", re.MULTILINE)
 SIDECAR = ROOT / "examples" / "sidecar"
 
 
