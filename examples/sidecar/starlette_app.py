@@ -41,9 +41,5 @@ app = build_middleware(
     api,
     config_files=[HERE / "flowcontrol.yaml"],
     token_file=HERE / "tokens.csv",
-    settings={
-        "maxRequestsInflight": 20,
-        "maxMutatingRequestsInflight": 10,
-        "tooManyRequestsBody": "status",
-    },
+    settings={"tooManyRequestsBody": "status"},  # a 429 names its level in a Status body
 )

@@ -38,7 +38,9 @@ def tokens() -> dict[str, str]:
 def uids() -> dict[tuple[str, str], str]:
     """(kind, name) -> metadata.uid of every object in the example's flowcontrol.yaml."""
     docs = yaml.safe_load_all((EXAMPLES / "flowcontrol.yaml").read_text())
-    return {(d["kind"], d["metadata"]["name"]): d["metadata"]["uid"] for d in docs}
+    return {
+        (d["kind"], d["metadata"]["name"]): d["metadata"]["uid"] for d in docs if "metadata" in d
+    }
 
 
 @dataclass
