@@ -5,8 +5,9 @@ Run: pip install apf-gateway fastapi && uvicorn fastapi_app:app (in this folder)
 
 import asyncio
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 
 from gateway.asgi.context import request_context
 from gateway.sidecar import build_middleware
@@ -25,8 +26,10 @@ async def list_reports(namespace: str, request: Request) -> dict[str, object]:
 
 
 @api.post("/api/v1/namespaces/{namespace}/reports")
-async def create_report(namespace: str, seconds: float = 0.1) -> dict[str, object]:
-    await asyncio.sleep(min(seconds, 60))  # stands in for slow work holding its seat
+async def create_report(
+    namespace: str, seconds: Annotated[float, Query(ge=0, le=60)] = 0.1
+) -> dict[str, object]:
+    await asyncio.sleep(seconds)  # stands in for slow work holding its seat
     return {"kind": "Report", "namespace": namespace}
 
 

@@ -26,8 +26,13 @@ async def list_reports(request: Request) -> JSONResponse:
 
 
 async def create_report(request: Request) -> JSONResponse:
-    seconds = float(request.query_params.get("seconds", "0.1"))
-    await asyncio.sleep(min(seconds, 60))  # stands in for slow work holding its seat
+    try:
+        seconds = float(request.query_params.get("seconds", "0.1"))
+    except ValueError:
+        seconds = -1
+    if not 0 <= seconds <= 60:  # NaN too
+        return JSONResponse({"message": "seconds: a number from 0 to 60"}, status_code=400)
+    await asyncio.sleep(seconds)  # stands in for slow work holding its seat
     return JSONResponse({"kind": "Report", "namespace": request.path_params["namespace"]})
 
 

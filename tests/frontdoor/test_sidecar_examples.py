@@ -113,6 +113,10 @@ def test_each_user_is_classified_by_the_example_flowschemas(app: App) -> None:
     anonymous = app.get(REPORTS)
     assert anonymous.json()["user"] == "system:anonymous"
     assert not set(pf(anonymous)) & set(objects.values())
+    # The slow endpoint takes 0 to 60 s, nothing else (NaN would corrupt the loop's timers).
+    for seconds in ("nan", "61", "-1", "x"):
+        r = httpx.post(app.url + REPORTS, params={"seconds": seconds}, headers=auth("alice"))
+        assert r.status_code in (400, 422), (seconds, r.text)  # Starlette's, FastAPI's
     # A wrong token is refused, never taken as anonymous.
     wrong = httpx.get(app.url + REPORTS, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
