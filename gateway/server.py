@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from gateway.apfconfig import bootstrap
+from gateway.apfstack import build_controller, build_flow_control
 from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
@@ -26,12 +26,10 @@ from gateway.asgi.errorformat import send_refused
 from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
 from gateway.asgi.health import HealthEndpoints, Lifecycle, Phase
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
-from gateway.asgi.workestimate import GatewayEstimator, LearningApp
+from gateway.asgi.workestimate import GatewayEstimator
 from gateway.clock import AsyncioEventClock, EventClock
-from gateway.flowcontrol import debug
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
-from gateway.metrics.apf import APFMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -155,39 +153,14 @@ class Gateway:
         return self._build_flow_control(loaded)
 
     def _build_flow_control(self, loaded: LoadedConfig) -> ASGIApp:
-        s = loaded.settings
         if self.clock is None:
             self.clock = LoopClock(self.loop) if self.loop is not None else AsyncioEventClock()
-        controller = FlowController(
-            clock=self.clock, server_concurrency_limit=s.server_concurrency_limit,
-            config=loaded.effective, mandatory=bootstrap.mandatory(),
+        self.controller = build_controller(self.endpoints, loaded, self.clock)
+        middleware, self.work_estimator = build_flow_control(
+            self.endpoints, loaded, controller=self.controller, now=self.clock.now,
+            describer=self.describer, estimator=self.estimator, error_format=self.error_format,
         )  # fmt: skip
-        self.controller = controller
-        self.registry.register(APFMetrics(controller))
-        wall_offset = time.time() - time.monotonic()
-        self.endpoints.dumps = {
-            "dump_priority_levels": lambda _details: debug.dump_priority_levels(controller),
-            "dump_queues": lambda _details: debug.dump_queues(controller),
-            "dump_requests": lambda details: debug.dump_requests(
-                controller, include_details=details, to_wall=lambda t: t + wall_offset
-            ),
-        }
-
-        inner: ASGIApp = self.endpoints
-        if self.estimator is unit_estimator:
-            self.work_estimator = GatewayEstimator(s.work_estimation, self.clock.now)
-            self.estimator = self.work_estimator
-            inner = LearningApp(self.endpoints, self.work_estimator)
-        middleware = FlowControlMiddleware(
-            inner,
-            controller=controller,
-            describer=self.describer,
-            estimator=self.estimator,
-            borrowing_period=s.borrowing_adjustment_period,
-            request_timeout=s.request_timeout,
-            status_body=s.too_many_requests_body == "status",
-            error_format=self.error_format,
-        )
+        self.estimator = middleware.estimator
         self.flow_control = middleware
         return middleware
 

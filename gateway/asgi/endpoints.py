@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.metrics_core import Metric
 
 from gateway.asgi.context import added_headers, request_context
+from gateway.asgi.innerapp import adds_response_headers
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.reconfigure import Swap, assign
@@ -26,9 +27,6 @@ DebugDumps = dict[str, Callable[[bool], str]]
 
 
 class LocalEndpoints:
-    # Adds the context's ``response_headers`` to its responses (so does the proxy behind it).
-    adds_response_headers = True
-
     def __init__(
         self,
         app: ASGIApp,
@@ -39,6 +37,10 @@ class LocalEndpoints:
         metrics_groups: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        # Its own responses carry the context's ``response_headers``; it declares that it adds
+        # them when the app behind it does too (the proxy does; an in-process app does not,
+        # and then admission adds them to every response through a wrapped ``send``).
+        self.adds_response_headers = adds_response_headers(app)
         self.registry = registry
         self.dumps = dumps or {}
         self.debug_groups = frozenset(debug_groups)
