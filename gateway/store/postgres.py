@@ -103,8 +103,10 @@ class PostgresStore:
                 "PostgreSQL needs asyncpg: pip install 'apf-gateway[postgres]'"
             ) from exc
         try:
+            # min_size 0: connections are made on demand; with a floor, asyncpg's pool
+            # reconnects in the background and logs a traceback per try during an outage
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.max_connections
+                self.dsn, min_size=0, max_size=self.max_connections
             )
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
