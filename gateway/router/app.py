@@ -164,11 +164,16 @@ class Router:
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
         await self.invoker.close()
-        await self.writer.close()
+        records = "activation records written"
+        try:
+            await self.writer.close()
+        except StoreError as exc:
+            records = f"{self.writer.pending} activation records not written ({exc})"
+            log.error("stopping with %s", records)
         await self.store.close()
         await self.http.close()
         await self.manager_http.close()
-        log.info("stopped: activation records written, containers given back")
+        log.info("stopped: %s, containers given back", records)
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine
@@ -171,3 +172,21 @@ async def test_warm_invokes_survive_a_store_outage(
     down, back = outage_lines(log.read_text())
     assert len(down) == 1 and len(back) == 1, log.read_text()[-3000:]
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+async def test_a_router_stopped_during_an_outage_says_what_it_could_not_write(
+    platform: Platform, client: httpx.AsyncClient, proxied_store: TcpProxy
+) -> None:
+    platform.start_manager()
+    router = platform.start_router("r1", "--store-timeout", "1")
+    await put_action(client, router, "echo", ECHO)
+    assert (await invoke(client, router, "echo", {"n": 0})).status_code == 200
+    proxied_store.stop()
+    for n in (1, 2):  # within the action cache time or not: served either way
+        assert (await invoke(client, router, "echo", {"n": n})).status_code == 200
+    assert router.stop() == 0
+    log = (platform.root / "router-r1.log").read_text()
+    # the two run during the outage (and the first, if it was not written before it began)
+    lost = re.search(r"stopping with (\d+) activation records not written", log)
+    assert lost is not None and int(lost[1]) in (2, 3), log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
