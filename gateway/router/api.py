@@ -34,7 +34,7 @@ from gateway.router.app import (
     lifecycle,
 )
 from gateway.router.invoker import ProxyTo, Throttled
-from gateway.store import Conflict
+from gateway.store import Conflict, StoreError
 from gateway.store.outage import RETRY_AFTER, StoreUnavailable
 
 log = logging.getLogger("gateway.router")
@@ -77,6 +77,11 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             body=error_body(STORE_UNAVAILABLE),
             content_type="application/json",
             headers={"Retry-After": str(RETRY_AFTER)},
+        )
+    except StoreError as exc:  # a broken store (e.g. a table gone): one line, no traceback
+        log.error("%s %s failed: %s", request.method, request.path, exc)
+        return web.Response(
+            status=500, body=error_body(INTERNAL_ERROR), content_type="application/json"
         )
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -2,9 +2,10 @@
 becomes unreachable and one when it is back, never a traceback per request.
 
 ``Outage`` is the pure state machine (time injected); ``GuardedStore`` is the I/O shell that
-wraps a ``Store``, turns driver failures and timeouts into ``StoreUnavailable`` (already
+wraps a ``Store``, turns ``StoreUnreachable`` and timeouts into ``StoreUnavailable`` (already
 reported: callers answer 503 with ``Retry-After`` or serve what they know, without logging
-again) and lets ``Conflict`` through (the store answered).
+again) and lets every other ``StoreError`` through (the store answered, or is broken: not an
+outage).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.store.base import Conflict, StoreError
+from gateway.store.base import StoreError, StoreUnreachable
 
 log = logging.getLogger("gateway.store")
 
@@ -23,7 +24,7 @@ log = logging.getLogger("gateway.store")
 RETRY_AFTER = 5
 
 
-class StoreUnavailable(StoreError):
+class StoreUnavailable(StoreUnreachable):
     """The store did not answer; the outage is logged already (once, by ``GuardedStore``)."""
 
 
@@ -71,15 +72,15 @@ class GuardedStore:
         try:
             async with asyncio.timeout(self.timeout):
                 result = await getattr(self._store, method)(*args, **kwargs)
-        except Conflict:
-            self._answered()
-            raise
-        except (StoreError, TimeoutError, OSError) as exc:
+        except (StoreUnreachable, TimeoutError, OSError) as exc:
             reason = str(exc) or f"no answer in {self.timeout:g}s"
             message = self.outage.failed(self._clock(), reason)
             if message is not None:
                 log.error("%s", message)
             raise StoreUnavailable(reason) from None
+        except StoreError:  # it answered (a conflict, or a broken store): not an outage
+            self._answered()
+            raise
         self._answered()
         return result
 

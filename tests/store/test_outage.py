@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.store import Conflict, Store
+from gateway.store import Conflict, Store, StoreError, StoreUnreachable
 from gateway.store.outage import GuardedStore, Outage, StoreUnavailable
+from gateway.store.sqlite import SQLiteStore
 
 
 def test_one_message_per_transition() -> None:
@@ -55,3 +58,29 @@ async def test_a_store_that_does_not_answer_in_time_is_an_outage() -> None:
     with pytest.raises(StoreUnavailable, match="no answer in 0s"):
         await guarded.get_action("guest", "a")
     assert guarded.outage.down
+
+
+async def test_sqlite_locked_past_its_busy_timeout_is_an_outage_a_lost_table_is_not(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    inner = SQLiteStore(str(path), busy_timeout_ms=50)  # how long a writer waits for the lock
+    await inner.open()
+    guarded = GuardedStore(inner, timeout=5)
+    doc = {"exec": {"kind": "python:3", "code": "x"}}
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await guarded.put_action("guest", "a", doc, overwrite=False)
+        assert guarded.outage.down
+        other.execute("ROLLBACK")
+        await guarded.put_action("guest", "a", doc, overwrite=False)
+        assert not guarded.outage.down
+        other.execute("DROP TABLE actions")  # broken, not unreachable: the caller's 500
+        with pytest.raises(StoreError, match="no such table") as refused:
+            await guarded.get_action("guest", "a")
+        assert not isinstance(refused.value, StoreUnreachable) and not guarded.outage.down
+    finally:
+        other.close()
+        await inner.close()
