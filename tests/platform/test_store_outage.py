@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from platform_support import Platform, action_url, invoke, openwhisk_error, put_action
+from platform_support import Platform, Proc, action_url, invoke, openwhisk_error, put_action
 
 from tests.store.conftest import PG_DSN, drop_schema, postgres_unavailable
 from tests.support.wait import async_wait_until
@@ -120,15 +120,21 @@ def outage_lines(log: str) -> tuple[list[str], list[str]]:
     )
 
 
-async def test_warm_invokes_survive_a_store_outage(
-    platform: Platform, client: httpx.AsyncClient, proxied_store: TcpProxy
-) -> None:
+async def warm_router(platform: Platform, client: httpx.AsyncClient, *flags: str) -> Proc:
+    """A manager and a router ``r1`` that has run ``echo`` once (its container is warm)."""
     platform.start_manager()
-    # every invoke reads the action from the store (no cache time): the outage is met at once
-    router = platform.start_router("r1", "--action-cache-seconds", "0")
+    router = platform.start_router("r1", *flags)
     await put_action(client, router, "echo", ECHO)
     warm = await invoke(client, router, "echo", {"n": 0})
     assert warm.status_code == 200, warm.text
+    return router
+
+
+async def test_warm_invokes_survive_a_store_outage(
+    platform: Platform, client: httpx.AsyncClient, proxied_store: TcpProxy
+) -> None:
+    # every invoke reads the action from the store (no cache time): the outage is met at once
+    router = await warm_router(platform, client, "--action-cache-seconds", "0")
 
     proxied_store.stop()
     answers = [await invoke(client, router, "echo", {"n": n}) for n in range(1, 11)]
@@ -177,10 +183,7 @@ async def test_warm_invokes_survive_a_store_outage(
 async def test_a_router_stopped_during_an_outage_says_what_it_could_not_write(
     platform: Platform, client: httpx.AsyncClient, proxied_store: TcpProxy
 ) -> None:
-    platform.start_manager()
-    router = platform.start_router("r1", "--store-timeout", "1")
-    await put_action(client, router, "echo", ECHO)
-    assert (await invoke(client, router, "echo", {"n": 0})).status_code == 200
+    router = await warm_router(platform, client, "--store-timeout", "1")
     proxied_store.stop()
     for n in (1, 2):  # within the action cache time or not: served either way
         assert (await invoke(client, router, "echo", {"n": n})).status_code == 200
