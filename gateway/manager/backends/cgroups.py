@@ -33,6 +33,7 @@ MIB = 1024 * 1024
 CPU_PERIOD_US = 100_000
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 REQUIRED = ("memory", "pids")
+SWAP_FILES = ("memory.memsw.limit_in_bytes", "memory.swap.max")
 #: How long ``remove`` keeps killing what is left in a container's cgroup before giving up.
 REMOVE_WAIT = 1.0
 
@@ -142,8 +143,8 @@ class Cgroups:
                 path = base / cid
                 path.mkdir(exist_ok=False)
                 for name, value in files.get(controller, {}).items():
-                    if name == "memory.memsw.limit_in_bytes" and not (path / name).exists():
-                        continue  # a kernel without swap accounting: nothing to swap to
+                    if name in SWAP_FILES and not (path / name).exists():
+                        continue  # a kernel without swap accounting
                     _write(path, name, value)
                 procs.append(str(path / "cgroup.procs"))
         except OSError as exc:
