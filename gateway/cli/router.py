@@ -80,9 +80,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--action-cache-seconds", 1.0, "how long an action read from the store is reused"),
     ):
         add_seconds(parser, flag, default, text, zero=True)
+    add_seconds(
+        parser,
+        "--store-timeout",
+        5.0,
+        "a store call taking longer counts as a store outage (cached actions are served, "
+        "other requests answered 503)",
+    )
+    parser.add_argument(
+        "--activation-buffer",
+        type=_positive,
+        default=10_000,
+        metavar="N",
+        help="activation records kept in memory while the store is unreachable; beyond it the "
+        "oldest are dropped and counted (default 10000)",
+    )
     add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
     add_log_level(parser)
     parser.set_defaults(func=_run)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
@@ -131,6 +152,8 @@ def _run(args: argparse.Namespace) -> int:
                 idle_timeout=args.idle_timeout,
                 action_cache_seconds=args.action_cache_seconds,
                 max_blocking_wait=args.max_blocking_wait,
+                store_timeout=args.store_timeout,
+                activation_buffer=args.activation_buffer,
                 internal_token=token,
             )
         )

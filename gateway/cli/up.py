@@ -171,6 +171,25 @@ def _internal_token(root: Path) -> Path:
     return path
 
 
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sandbox_warnings(manager_log: Path, start: int) -> list[str]:
+    """What the manager's sandbox could not apply (logged, from ``start`` on: this run,
+    before it listens), e.g. that limits bound each process rather than the container."""
+    try:
+        with open(manager_log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.split("sandbox: ", 1)[1] for line in text.splitlines() if "sandbox: " in line]
+
+
 def _fail(message: str) -> int:
     print(f"apf-gateway up: {message}", file=sys.stderr, flush=True)
     return 2
@@ -237,6 +256,7 @@ def _up(args: argparse.Namespace) -> int:
         # SIGINT: when we stop it the routers are gone already, nothing to wait for (SIGTERM,
         # from PR_SET_PDEATHSIG if we die, makes it wait for them: --router-wait-seconds)
         manager = Spec("manager", py + manager_args, logs / "manager.log")
+        manager_log_start = _log_size(manager.log)
         manager.stop_signal = signal.SIGINT
         supervisor.add(manager)
         for i in range(1, args.routers + 1):
@@ -267,6 +287,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  API key (namespace guest): {args.api_key}")
         print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
         print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
+        for line in _sandbox_warnings(manager.log, manager_log_start):
+            print(f"  warning: {line}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
             supervisor.tick()

@@ -25,9 +25,17 @@ from gateway.platform.errors import (
     not_implemented,
 )
 from gateway.platform.ids import is_activation_id, new_activation_id
-from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
+from gateway.router.app import (
+    ACTIVATION_HEADER,
+    ROUTER,
+    STORE_UNAVAILABLE,
+    URL,
+    Router,
+    lifecycle,
+)
 from gateway.router.invoker import ProxyTo, Throttled
-from gateway.store import Conflict
+from gateway.store import Conflict, StoreError
+from gateway.store.outage import RETRY_AFTER, StoreUnavailable
 
 log = logging.getLogger("gateway.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -62,6 +70,18 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             body=error_body(exc.message),
             content_type="application/json",
             headers=headers,
+        )
+    except StoreUnavailable:  # logged once per outage by the store guard, not per request
+        return web.Response(
+            status=503,
+            body=error_body(STORE_UNAVAILABLE),
+            content_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER)},
+        )
+    except StoreError as exc:  # a broken store (e.g. a table gone): one line, no traceback
+        log.error("%s %s failed: %s", request.method, request.path, exc)
+        return web.Response(
+            status=500, body=error_body(INTERNAL_ERROR), content_type="application/json"
         )
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -292,7 +312,12 @@ async def _activation(request: web.Request) -> dict[str, Any]:
     aid = request.match_info["id"]
     if not is_activation_id(aid):
         raise ApiError(400, "The activation id is not valid.")
-    record = await router.store.get_activation(ns, aid)
+    try:
+        record = await router.store.get_activation(ns, aid)
+    except StoreUnavailable:  # still waiting here to be written, or 503
+        record = await router.writer.get_pending(ns, aid)
+        if record is None:
+            raise
     if record is None:
         record = await router.writer.get_pending(ns, aid)
     if record is None:

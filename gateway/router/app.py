@@ -33,10 +33,12 @@ from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
 from gateway.store import ActivationWriter, Store, StoreError, open_store
+from gateway.store.outage import RETRY_AFTER, GuardedStore, StoreUnavailable
 
 log = logging.getLogger("gateway.router")
 
 PROXIED_HEADER = "X-Apf-Proxied-By"
+STORE_UNAVAILABLE = "The platform's store is unreachable; try again later."
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
 
 
@@ -51,6 +53,8 @@ class RouterSettings:
     idle_timeout: float = 600.0
     action_cache_seconds: float = 1.0
     max_blocking_wait: float = 60.0
+    store_timeout: float = 5.0  # a store call taking longer counts as an outage
+    activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
     pool: PoolSettings = field(default_factory=PoolSettings)
     # required (with a trusted address) from the manager and peer routers; sent to them
     internal_token: str = field(default="", repr=False)
@@ -69,7 +73,10 @@ class Router:
 
     async def start(self, url: str) -> None:
         self.url = url
-        self.store = open_store(self.settings.store_url)
+        self.guarded = GuardedStore(
+            open_store(self.settings.store_url), timeout=self.settings.store_timeout
+        )
+        self.store = cast("Store", self.guarded)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
         log.info(
@@ -80,7 +87,11 @@ class Router:
             self.settings.store_url.split("@")[-1],  # no password in the log
         )
         self.writer = ActivationWriter(
-            cast("Store", counted), owner=self.settings.router_id, incarnation=self.incarnation
+            cast("Store", counted),
+            owner=self.settings.router_id,
+            incarnation=self.incarnation,
+            max_pending=self.settings.activation_buffer,
+            on_drop=self.metrics.activations_dropped.inc,
         )
         await self.writer.start()
         await self._recover()
@@ -153,11 +164,16 @@ class Router:
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
         await self.invoker.close()
-        await self.writer.close()
+        records = "activation records written"
+        try:
+            await self.writer.close()
+        except StoreError as exc:
+            records = f"{self.writer.pending} activation records not written ({exc})"
+            log.error("stopping with %s", records)
         await self.store.close()
         await self.http.close()
         await self.manager_http.close()
-        log.info("stopped: activation records written, containers given back")
+        log.info("stopped: %s, containers given back", records)
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:
@@ -188,12 +204,21 @@ class Router:
         return PROXIED_HEADER in request.headers and self.is_trusted_peer(request)
 
     async def action(self, namespace: str, name: str) -> ActionInfo:
+        """The action, re-read from the store once its cache entry is older than
+        ``action_cache_seconds``; while the store is unreachable, the last one read (the
+        store being down must not stop warm invocations), else 503."""
         key = (namespace, name)
         cached = self._cache.get(key)
         now = time.monotonic()
         if cached is not None and cached[1] > now:
             return cached[0]
-        doc = await self.store.get_action(namespace, name)
+        try:
+            doc = await self.store.get_action(namespace, name)
+        except StoreUnavailable:
+            if cached is None:
+                raise ApiError(503, STORE_UNAVAILABLE, retry_after=RETRY_AFTER) from None
+            self._cache[key] = (cached[0], now + self.settings.action_cache_seconds)
+            return cached[0]
         if doc is None:
             self._cache.pop(key, None)
             raise ApiError(404, NOT_FOUND)

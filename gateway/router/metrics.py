@@ -96,6 +96,12 @@ class RouterMetrics:
             "Failed batch writes of activation records (kept and retried).",
             registry=r,
         )
+        self.activations_dropped = Counter(
+            "apf_router_activations_dropped",
+            "Activation records dropped because the store was down longer than the buffer "
+            "(--activation-buffer) holds.",
+            registry=r,
+        )
         r.register(_Containers(containers))
 
     def observe(self, action: ActionInfo, outcome: Outcome) -> None:

@@ -2,7 +2,8 @@
 
 Exceptions::
 
-    StoreError          anything a store cannot do (connection lost, bad URL, corrupt row)
+    StoreError          anything a store cannot do (bad URL, corrupt row, missing table)
+    ├── StoreUnreachable  it did not answer (connection refused or lost, not open, locked)
     └── Conflict        put_action(overwrite=False) on an action that exists
 
 Documents are plain JSON-able dicts shaped like OpenWhisk's REST API (``platform-reference.md``
@@ -18,6 +19,12 @@ from typing import Any, Protocol
 
 class StoreError(Exception):
     """Base of every store failure."""
+
+
+class StoreUnreachable(StoreError):
+    """The store could not be reached: connection refused or lost, not open, shutting down,
+    out of connections, locked past the busy timeout. An outage (the router serves what it
+    knows and answers 503), not a broken store (500)."""
 
 
 class Conflict(StoreError):

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from gateway.store.base import (
     Conflict,
     StoreError,
+    StoreUnreachable,
     activation_key,
     check_page,
     counted,
@@ -36,6 +37,8 @@ from gateway.store.base import (
 T = TypeVar("T")
 
 MEMORY = ":memory:"
+#: ``OperationalError`` texts of an outage (the file, its disk or its lock), not of a bug
+UNREACHABLE = ("unable to open", "locked", "disk I/O error", "readonly database")
 
 #: (version, statements); append only, never edit an applied step.
 MIGRATIONS: list[tuple[int, list[str]]] = [
@@ -91,16 +94,20 @@ class SQLiteStore:
     # --- plumbing -----------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
-            raise StoreError("the SQLite store is not open")
+            raise StoreUnreachable("the SQLite store is not open")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except sqlite3.Error as exc:
+            text = str(exc)
+            # a file gone or unreadable, or locked past the busy timeout: an outage
+            if isinstance(exc, sqlite3.OperationalError) and any(w in text for w in UNREACHABLE):
+                raise StoreUnreachable(f"SQLite ({self.path}): {exc}") from exc
             raise StoreError(f"SQLite ({self.path}): {exc}") from exc
 
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise StoreError("the SQLite store is not open")
+            raise StoreUnreachable("the SQLite store is not open")
         return self._conn
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:

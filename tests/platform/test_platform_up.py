@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from platform_support import alive, recorded
 
 from gateway.cli.main import build_parser
@@ -516,3 +517,19 @@ def test_router_and_manager_refuse_bad_settings_in_one_line() -> None:
         )
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_up_says_at_start_when_limits_bound_each_process_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the manager cannot give containers cgroups (here: a cgroup parent that cannot
+    be made, as on a host without writable cgroups), ``up`` says so with its start lines."""
+    monkeypatch.setenv("APF_LOCAL_CGROUP_PARENT", "cgroup.procs/apf-gateway")
+    up = Up(tmp_path, "--prewarm", "")
+    try:
+        warning = up.wait_for("  warning: no cgroups")
+        assert "bound each process, not the container" in warning
+        logs = up.wait_for("  logs: ")
+        assert up.lines.index(warning) < up.lines.index(logs)
+    finally:
+        assert up.stop() == 0
