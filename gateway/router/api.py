@@ -144,7 +144,8 @@ async def _body(request: web.Request) -> Any:
 async def put_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     name = request.match_info["name"]
-    doc = validate_put(ns, name, await _body(request))
+    allowed = router.settings.allowed_pod_template_fields
+    doc = validate_put(ns, name, await _body(request), allowed_template_fields=allowed)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
     try:
         stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
