@@ -376,7 +376,9 @@ async def test_the_action_spec_fields_shape_the_pod(
     """Image, memory, grace, policy, the action's pod template and the router reach the pod
     (validated against the Kubernetes schemas by the fixture)."""
     backend = await make_backend(
-        pod_template={"metadata": {"labels": {"team": "ops"}}, "spec": {"priorityClassName": "x"}}
+        pod_template={"metadata": {"labels": {"team": "ops"}}, "spec": {"priorityClassName": "x"}},
+        # as --backend-option gives it: the operator lets actions choose nodes and priority
+        allowed_pod_template_fields="spec.nodeSelector,spec.priorityClassName",
     )
     base = action_spec("c-000000000018", safe)
     template = {
