@@ -18,7 +18,7 @@ check bypassed), so a tenant pod can never look like a platform pod.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 PLATFORM_DOMAINS = ("app.kubernetes.io", "apf-gateway.dev")
@@ -97,25 +97,21 @@ def review(template: Any, allowed: frozenset[str]) -> tuple[dict[str, Any], list
         return {}, ["podTemplate must be an object"]
     clean: dict[str, Any] = {}
     for part, value in template.items():
-        if part == "metadata":
-            meta = _metadata(value, allowed, problems)
-            if meta:
-                clean["metadata"] = meta
-        elif part == "spec":
-            spec = _spec(value, allowed, problems)
-            if spec:
-                clean["spec"] = spec
-        else:
+        review_part = _PARTS.get(part)
+        if review_part is None:
             problems.append(f"podTemplate.{part}: a pod template may set only metadata and spec")
+        elif value is not None and not isinstance(value, dict):
+            problems.append(f"podTemplate.{part} must be an object")
+        else:
+            kept = review_part(value or {}, allowed, problems)
+            if kept:
+                clean[part] = kept
     return clean, problems
 
 
-def _metadata(value: Any, allowed: frozenset[str], problems: list[str]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        problems.append("podTemplate.metadata must be an object")
-        return {}
+def _metadata(
+    value: dict[str, Any], allowed: frozenset[str], problems: list[str]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind, mapping in value.items():
         where = f"podTemplate.metadata.{kind}"
@@ -146,12 +142,7 @@ def _metadata(value: Any, allowed: frozenset[str], problems: list[str]) -> dict[
     return out
 
 
-def _spec(value: Any, allowed: frozenset[str], problems: list[str]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        problems.append("podTemplate.spec must be an object")
-        return {}
+def _spec(value: dict[str, Any], allowed: frozenset[str], problems: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, item in value.items():
         where = f"podTemplate.spec.{name}"
@@ -165,6 +156,12 @@ def _spec(value: Any, allowed: frozenset[str], problems: list[str]) -> dict[str,
         else:
             out[name] = item
     return out
+
+
+_PARTS: dict[str, Callable[[dict[str, Any], frozenset[str], list[str]], dict[str, Any]]] = {
+    "metadata": _metadata,
+    "spec": _spec,
+}
 
 
 def _typed(item: Any, want: type, name: str) -> bool:
