@@ -177,12 +177,12 @@ class Router:
     def is_trusted_peer(self, request: web.Request) -> bool:
         """The manager or a peer router: the internal token."""
         try:
-            self.check_peer(request, "")
+            self.check_peer(request)
         except ApiError:
             return False
         return True
 
-    def check_peer(self, request: web.Request, refusal: str) -> None:
+    def check_peer(self, request: web.Request) -> None:
         """401 without the internal token."""
         if not self.authenticated(request):
             raise ApiError(401, UNAUTHORIZED)
