@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.apfstack import build_controller, build_flow_control
 from gateway.asgi.canonical import BadPath, canonicalize
+from gateway.asgi.credentials import read_bearer_token
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
 from gateway.asgi.errorformat import send_refused
@@ -109,7 +110,13 @@ class Gateway:
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
             routes=[
-                UpstreamRoute(u.prefix, u.url.rstrip("/"), u.strip_prefix, u.error_format)
+                UpstreamRoute(
+                    u.prefix,
+                    u.url.rstrip("/"),
+                    u.strip_prefix,
+                    u.error_format,
+                    read_bearer_token(u.bearer_token_file) if u.bearer_token_file else "",
+                )
                 for u in settings.upstreams
             ],
             transport=self.transport,

@@ -66,13 +66,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "default .apf-gateway/internal-token)",
     )
     parser.add_argument(
-        "--trusted-network",
+        "--allow-pod-template-field",
         action="append",
-        default=None,
-        metavar="CIDR",
-        help="front door / peer addresses whose X-Remote-* headers are believed, repeatable "
-        "(default 127.0.0.1/32 and ::1/128)",
+        default=[],
+        metavar="FIELD",
+        help="a pod template field actions may set, e.g. spec.tolerations or "
+        "metadata.annotations.KEY (repeatable, or comma-separated; default none: "
+        "docs/platform.md, 'Isolation and trust')",
     )
+    # Gone: identity is believed only with the internal token, never for a source address.
+    parser.add_argument("--trusted-network", action=_Removed, help=argparse.SUPPRESS)
     for flag, default, text in (
         ("--buffer-seconds", 10.0, "how long an invocation waits for a free container before 429"),
         ("--pause-grace", 10.0, "idle time before a warm container is paused"),
@@ -106,6 +109,15 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+class _Removed(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        parser.error(
+            "--trusted-network was removed: routers believe X-Remote-* identity headers only "
+            "on requests carrying the internal token (the front door's "
+            "upstreams[].bearerTokenFile), never because of a source address"
+        )
+
+
 def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
     """``--max-blocking-wait``, shared with ``up`` (which passes it to its routers)."""
     add_seconds(
@@ -119,6 +131,7 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
+    from gateway.platform.podtemplate import parse_allowed  # noqa: PLC0415 - per-command import
     from gateway.platform.serving import (  # noqa: PLC0415 - per-command import
         bind,
         parse_listen,
@@ -128,11 +141,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     from gateway.router.api import build_app  # noqa: PLC0415 - per-command import
     from gateway.router.app import Router, RouterSettings  # noqa: PLC0415 - per-command import
-    from gateway.router.identity import DEFAULT_TRUSTED  # noqa: PLC0415 - per-command import
     from gateway.store import StoreError, open_store  # noqa: PLC0415 - per-command import
 
     configure_logging(args.log_level)
     try:
+        allowed = parse_allowed(args.allow_pod_template_field)
         open_store(args.store)  # the URL only; the router opens it when it starts
         token = resolve(args.internal_token_file)
         host, port = parse_listen(args.listen)
@@ -146,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
                 router_id=args.id or f"{socket.gethostname()}-{os.getpid()}",
                 manager_url=args.manager,
                 store_url=args.store,
-                trusted=tuple(args.trusted_network or DEFAULT_TRUSTED),
+                allowed_pod_template_fields=allowed,
                 buffer_seconds=args.buffer_seconds,
                 pause_grace=args.pause_grace,
                 idle_timeout=args.idle_timeout,

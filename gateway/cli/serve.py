@@ -313,6 +313,14 @@ def register(subparsers: Any) -> None:
         "kubernetes (default) or openwhisk",
     )
     parser.add_argument(
+        "--upstream-token-file",
+        action="append",
+        default=[],
+        metavar="PREFIX=PATH",
+        help="authenticate to the --upstream with this prefix with the token in PATH "
+        "(Authorization: Bearer, replacing the client's): upstreams[].bearerTokenFile",
+    )
+    parser.add_argument(
         "--route-template",
         action="append",
         default=[],
@@ -363,13 +371,20 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 {"prefix": prefix, "url": url} if sep and prefix.startswith("/") else {"url": spec}
             )
         out["upstreams"] = ups
-    for spec in args.upstream_error_format:
-        prefix, _, fmt = spec.rpartition("=")
-        matching = [u for u in out.get("upstreams", []) if u.get("prefix", "/") == (prefix or "/")]
-        if not matching:
-            raise ValueError(f"--upstream-error-format {spec}: no --upstream has prefix {prefix!r}")
-        for u in matching:
-            u["errorFormat"] = fmt  # validated with the other settings
+    for flag, key, specs in (
+        ("--upstream-error-format", "errorFormat", args.upstream_error_format),
+        ("--upstream-token-file", "bearerTokenFile", args.upstream_token_file),
+    ):
+        for spec in specs:
+            # a file path may hold "=", a format never does
+            split = spec.partition if flag.endswith("file") else spec.rpartition
+            prefix, _, value = split("=")
+            wanted = prefix or "/"
+            matching = [u for u in out.get("upstreams", []) if u.get("prefix", "/") == wanted]
+            if not matching:
+                raise ValueError(f"{flag} {spec}: no --upstream has prefix {prefix!r}")
+            for u in matching:
+                u[key] = value  # validated with the other settings
     if args.route_template:
         templates = []
         for spec in args.route_template:

@@ -161,8 +161,8 @@ def _sweep(state: Path) -> None:
 
 
 def _internal_token(root: Path) -> Path:
-    """A fresh internal token for this run (manager and routers require it of each other);
-    the state dir and the file are this user's only (0700 / 0600)."""
+    """A fresh internal token for this run (manager, routers and the front door authenticate
+    to each other with it); the state dir and the file are this user's only (0700 / 0600)."""
     from gateway.platform.internal_token import write  # noqa: PLC0415 - per-command import
 
     root.chmod(0o700)
@@ -222,7 +222,8 @@ def _up(args: argparse.Namespace) -> int:
     keys = root / "openwhisk-keys"
     try:
         logs.mkdir(parents=True, exist_ok=True)
-        token = ["--internal-token-file", str(_internal_token(root))]
+        token_file = _internal_token(root)
+        token = ["--internal-token-file", str(token_file)]
         keys.write_text(f"{uuid}:{key},guest,guest\n")
         keys.chmod(0o600)
         manager_port = _free_port("127.0.0.1", 0)
@@ -268,9 +269,11 @@ def _up(args: argparse.Namespace) -> int:
             spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
             supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]
-        # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints, which
-        # trust loopback callers), and the front door answers errors there in its shape.
+        # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints), with
+        # the internal token: routers believe the identity headers only on requests carrying
+        # it. The front door answers errors there in OpenWhisk's shape.
         front_args += ["--upstream", f"/api/v1=http://127.0.0.1:{shared_port}"]
+        front_args += ["--upstream-token-file", f"/api/v1={token_file}"]
         front_args += ["--upstream-error-format", "/api/v1=openwhisk"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
         front_args += ["--upstream-read-timeout", str(read_timeout)]

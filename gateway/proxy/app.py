@@ -12,7 +12,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.asgi.context import added_headers, request_context
@@ -26,7 +26,12 @@ from gateway.asgi.errorformat import (
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
 from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
-from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
+from gateway.proxy.headers import (
+    HeaderPolicy,
+    ImpersonationRefused,
+    authenticated_headers,
+    response_headers,
+)
 from gateway.proxy.transport import (
     SMALL_BODY,
     Transport,
@@ -69,6 +74,9 @@ class UpstreamRoute:
     url: str
     strip_prefix: bool = False
     error_format: str = KUBERNETES  # the shape of the front door's own errors on this route
+    # The front door's own credential for this upstream (``upstreams[].bearerTokenFile``):
+    # sent as ``Authorization: Bearer``, in place of the client's.
+    token: str = field(default="", repr=False)
 
 
 # (upstream url, error kind or "" on success, seconds until response headers)
@@ -187,6 +195,8 @@ class ProxyApp:
                 "(proxy.impersonation: reject)", headers=added_headers(scope),
             )  # fmt: skip
             return
+        if route.token:
+            headers = authenticated_headers(headers, route.token)
         length, chunked = body_framing(scope)
         body: bytes | RequestBody | None = None
         if 0 < length <= SMALL_BODY:

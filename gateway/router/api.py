@@ -164,7 +164,8 @@ async def _body(request: web.Request) -> Any:
 async def put_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     name = request.match_info["name"]
-    doc = validate_put(ns, name, await _body(request))
+    allowed = router.settings.allowed_pod_template_fields
+    doc = validate_put(ns, name, await _body(request), allowed_template_fields=allowed)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
     try:
         stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
@@ -376,7 +377,7 @@ def _missing(what: str, *, authenticated: bool = True) -> Handler:
 # ---- platform ----------------------------------------------------------------------------
 async def give_back(request: web.Request) -> web.Response:
     router = request.app[ROUTER]
-    router.check_peer(request, "Only the manager may ask for containers back.")
+    router.check_peer(request)  # the manager
     data = await _body(request)
     wait = data.get("wait_seconds")
     result = await router.invoker.release_on_request(
@@ -390,7 +391,7 @@ async def give_back(request: web.Request) -> web.Response:
 async def state(request: web.Request) -> web.Response:
     """Which containers this router holds (tests, debugging; trusted peers only)."""
     router = request.app[ROUTER]
-    router.check_peer(request, "Only trusted peers may read the router's state.")
+    router.check_peer(request)  # the manager, peer routers, tests
     pool = router.invoker.pool
     return _json(
         {

@@ -15,7 +15,6 @@ import aiohttp
 from aiohttp import web
 
 from gateway.clock import AsyncioEventClock
-from gateway.networks import in_networks, parse_cidrs
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
@@ -27,7 +26,7 @@ from gateway.router.activation import (
     compose,
     error_outcome,
 )
-from gateway.router.identity import DEFAULT_TRUSTED, Identity
+from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
@@ -47,7 +46,6 @@ class RouterSettings:
     router_id: str
     manager_url: str
     store_url: str
-    trusted: tuple[str, ...] = DEFAULT_TRUSTED
     buffer_seconds: float = 10.0
     pause_grace: float = 10.0
     idle_timeout: float = 600.0
@@ -56,14 +54,15 @@ class RouterSettings:
     store_timeout: float = 5.0  # a store call taking longer counts as an outage
     activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
     pool: PoolSettings = field(default_factory=PoolSettings)
-    # required (with a trusted address) from the manager and peer routers; sent to them
+    # pod template fields tenants may set (gateway.platform.podtemplate); empty: none of them
+    allowed_pod_template_fields: frozenset[str] = frozenset()
+    # required of the front door, the manager and peer routers; sent to them
     internal_token: str = field(default="", repr=False)
 
 
 class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
-        self.trusted = parse_cidrs(settings.trusted)
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
         self.draining = False
@@ -177,28 +176,32 @@ class Router:
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:
-        if in_networks(request.remote, self.trusted):
+        """The caller the front door (or a peer) authenticated: ``X-Remote-*`` are read only
+        on a request carrying the internal token, never because of where it comes from."""
+        if self.authenticated(request):
             user = request.headers.get("X-Remote-User")
             namespace = request.headers.get("X-Remote-Extra-Namespace")
             if user and namespace:
                 return Identity(user, namespace)
         raise ApiError(401, UNAUTHENTICATED)
 
+    def authenticated(self, request: web.Request) -> bool:
+        """The internal token (constant-time compare); a router without one believes nobody."""
+        token = self.settings.internal_token
+        return bool(token) and matches(request.headers.get("Authorization"), token)
+
     def is_trusted_peer(self, request: web.Request) -> bool:
-        """The manager or a peer router: a trusted address and the internal token."""
+        """The manager or a peer router: the internal token."""
         try:
-            self.check_peer(request, "")
+            self.check_peer(request)
         except ApiError:
             return False
         return True
 
-    def check_peer(self, request: web.Request, refusal: str) -> None:
-        """401 without the internal token, 403 from an untrusted address."""
-        token = self.settings.internal_token
-        if token and not matches(request.headers.get("Authorization"), token):
+    def check_peer(self, request: web.Request) -> None:
+        """401 without the internal token."""
+        if not self.authenticated(request):
             raise ApiError(401, UNAUTHORIZED)
-        if not in_networks(request.remote, self.trusted):
-            raise ApiError(403, refusal)
 
     def is_proxied(self, request: web.Request) -> bool:
         return PROXIED_HEADER in request.headers and self.is_trusted_peer(request)

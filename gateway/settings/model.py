@@ -28,6 +28,10 @@ class UpstreamSettings:
     # The shape of the front door's own errors (401, 429, 502, 504) on this route: Kubernetes
     # ``Status``, or OpenWhisk's ``{"error", "code"}`` for an OpenWhisk API (``up`` sets it).
     error_format: Literal["kubernetes", "openwhisk"] = "kubernetes"
+    # A file holding a token the front door authenticates itself with on this route
+    # (``Authorization: Bearer``, replacing the client's): the platform's routers believe
+    # identity headers only on requests carrying their internal token. Read at start.
+    bearer_token_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
