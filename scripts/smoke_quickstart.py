@@ -103,6 +103,16 @@ class Up:
         self.banner = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        self.family: dict[int, str] = {}  # every descendant ever seen: pid -> start time
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.watcher.start()
+
+    def _watch(self) -> None:
+        """Record up's descendants until it exits: a container started late or a child that
+        lost its parent is still checked at the end."""
+        while self.proc.poll() is None:
+            self.family.update(descendants(self.proc.pid))
+            time.sleep(0.2)  # a sampling interval, not a wait for a condition
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -221,15 +231,18 @@ def using(work: Path) -> list[int]:
     return found
 
 
-def stop(up: Up, work: Path, children: dict[int, str]) -> None:
+def stop(up: Up, work: Path) -> None:
     """Ctrl-C (SIGINT), as the quickstart says; then nothing of it may be left running."""
-    step(f"stop: SIGINT to 'up' (pid {up.proc.pid}, {len(children)} descendants)")
+    running = descendants(up.proc.pid)
+    step(f"stop: SIGINT to 'up' (pid {up.proc.pid}, {len(running)} descendants running)")
     up.proc.send_signal(signal.SIGINT)
     try:
         code = up.proc.wait(timeout=STOP_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise SmokeError(f"'up' did not stop within {STOP_TIMEOUT:g} s of SIGINT") from None
     up.reader.join(10.0)
+    up.watcher.join(10.0)
+    children = {**up.family, **running}
     if code != 0 or "apf-gateway stopped" not in up.lines:
         raise SmokeError(f"'up' stopped with exit code {code}: {up.lines}")
     deadline = time.monotonic() + 10.0
@@ -243,7 +256,7 @@ def stop(up: Up, work: Path, children: dict[int, str]) -> None:
     if left:
         names = [(Path("/proc") / str(p) / "cmdline").read_bytes()[:120] for p in left]
         raise SmokeError(f"still running after 'up' stopped: {left} {names}")
-    step("ok: 'up' exited 0 and left nothing running")
+    step(f"ok: 'up' exited 0; none of the {len(children)} processes it started is left running")
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -271,8 +284,7 @@ def main() -> int:
             raise SmokeError(f"'up' printed no key or not docs/quickstart.md's: {up.lines}")
         step(f"up: {api}")
         run_quickstart(api, key, action)
-        children = descendants(up.proc.pid)
-        stop(up, work, children)
+        stop(up, work)
     except (SmokeError, OSError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
         print(f"smoke: FAILED: {exc}", file=sys.stderr)
         print(f"smoke: up's stderr:{tail(work / 'up.stderr')}", file=sys.stderr)
