@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -413,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
     import uvloop  # noqa: PLC0415 - per-command import
 
     from gateway.server import Gateway, uvicorn_config  # noqa: PLC0415 - per-command import
+    from gateway.serving.listen import listen_sockets, reason  # noqa: PLC0415 - per-command import
     from gateway.settings.sources import ConfigLoadError, load_config  # noqa: PLC0415 - per-command import
 
     logging.basicConfig(
@@ -426,6 +428,14 @@ def run(args: argparse.Namespace) -> int:
         gateway = Gateway(loaded, loop=loop)
     except (ConfigLoadError, ValueError, OSError) as exc:
         print(f"apf-gateway serve: {exc}", file=sys.stderr)
+        return 2
+    host, port = loaded.settings.host_port
+    try:  # before anything starts: a taken port is one line and exit 2, as in 'up'
+        sockets = listen_sockets(host, port)
+    except OSError as exc:
+        print(f"apf-gateway serve: cannot listen on {loaded.settings.listen}: {reason(exc)}",
+              file=sys.stderr)  # fmt: skip
+        loop.close()
         return 2
     gateway.enable_reload(loaded, args.config, overrides)
     gateway.on_startup.append(tune_gc)
@@ -446,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         logging.getLogger("gateway.serve").warning(warning)
     config = uvicorn_config(gateway, log_level=args.log_level)
+    uvicorn_logger = logging.getLogger("uvicorn.error")
 
     class DrainingServer(uvicorn.Server):
         """SIGTERM drains and exits 0 (uvicorn would re-raise the signal after shutdown)."""
@@ -458,9 +469,21 @@ def run(args: argparse.Namespace) -> int:
                 return
             super().handle_exit(sig, frame)
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            """uvicorn announces the address only when it binds it; say it as it would."""
+            await super().startup(sockets)
+            if self.started and sockets:
+                shown = f"[{host}]" if ":" in host else host
+                uvicorn_logger.info(
+                    "Uvicorn running on %s://%s:%d (Press CTRL+C to quit)",
+                    "https" if self.config.ssl else "http",
+                    shown,
+                    sockets[0].getsockname()[1],
+                )
+
     server = DrainingServer(config)
     try:
-        loop.run_until_complete(server.serve())
+        loop.run_until_complete(server.serve(sockets=sockets))
     finally:
         loop.close()
     return 0 if server.started else 1

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -26,12 +27,20 @@ from pathlib import Path
 
 from gateway.cli.flags import add_seconds
 from gateway.cli.router import add_blocking_wait
+from gateway.serving.listen import reason as _reason
 from gateway.supervision import Spec, StartError, Supervisor
 
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
     "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
     "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
+)
+#: Where ``up`` takes the API key from when no flag gives it (the process environment is its
+#: owner's only, unlike its command line).
+API_KEY_ENV = "APF_GATEWAY_API_KEY"
+CMDLINE_WARNING = (
+    "warning: --api-key leaves the key in this process's command line, which every local user "
+    f"can read (ps); use --api-key-file PATH or ${API_KEY_ENV}"
 )
 #: How much longer than the blocking wait the front door waits for a router's answer.
 BLOCKING_MARGIN = 10.0
@@ -76,11 +85,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         help="store, keys, containers and logs (default .apf-gateway)",
     )
-    parser.add_argument(
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help=f"file holding the API key of namespace guest, UUID:KEY (0600) (default: "
+        f"${API_KEY_ENV}, else the well-known OpenWhisk standalone key)",
+    )
+    key.add_argument(
         "--api-key",
-        default=DEFAULT_API_KEY,
         metavar="UUID:KEY",
-        help="API key of namespace guest (default: the well-known OpenWhisk standalone key)",
+        help="the API key on the command line, where every local user can read it (a warning "
+        "says so): prefer --api-key-file or $" + API_KEY_ENV,
     )
     parser.add_argument(
         "--prewarm",
@@ -198,9 +214,11 @@ def _fail(message: str) -> int:
 def _up(args: argparse.Namespace) -> int:
     from gateway.platform.serving import bind, parse_listen  # noqa: PLC0415 - per-command import
 
-    uuid, sep, key = args.api_key.partition(":")
-    if not sep or not uuid or not key:
-        return _fail("--api-key must be UUID:KEY")
+    try:
+        api_key, source = api_key_of(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+    uuid, _, key = api_key.partition(":")
     if args.routers < 1:
         return _fail("--routers must be >= 1")
     if args.quota < 1:
@@ -217,6 +235,8 @@ def _up(args: argparse.Namespace) -> int:
         port = _free_port(host, port)
     except (ValueError, OSError) as exc:
         return _fail(f"cannot listen on {args.listen}: {_reason(exc)}")
+    if source == "--api-key":
+        print(f"apf-gateway up: {CMDLINE_WARNING}", file=sys.stderr, flush=True)
     root = Path(args.state_dir).resolve()
     logs = root / "logs"
     keys = root / "openwhisk-keys"
@@ -287,8 +307,12 @@ def _up(args: argparse.Namespace) -> int:
         api = f"http://{shown}:{port}"
         routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
         print(f"apf-gateway is up: {api}", flush=True)
-        print(f"  API key (namespace guest): {args.api_key}")
-        print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
+        if api_key == DEFAULT_API_KEY:
+            print(f"  API key (namespace guest): {api_key}")
+            print(f"  try: curl -u '{api_key}' {api}/api/v1/namespaces/_/actions")
+        else:  # a secret of the user's: not echoed into terminals and logs
+            print(f"  API key (namespace guest): {uuid}:... (from {source})")
+            print(f"  try: curl -u {uuid}:KEY {api}/api/v1/namespaces/_/actions")
         print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
         for line in _sandbox_warnings(manager.log, manager_log_start):
             print(f"  warning: {line}")
@@ -307,8 +331,29 @@ def _up(args: argparse.Namespace) -> int:
     return return_code
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{exc.strerror}{where}"
-    return str(exc)
+def api_key_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The API key of namespace guest and where it came from: ``--api-key``,
+    ``--api-key-file`` (its owner's only, as ssh insists for keys), ``$APF_GATEWAY_API_KEY``,
+    else the standalone key. ``ValueError`` says what is wrong, naming the source."""
+    if args.api_key is not None:
+        key, source = args.api_key, "--api-key"
+    elif args.api_key_file is not None:
+        source = f"--api-key-file {args.api_key_file}"
+        path = Path(args.api_key_file)
+        try:
+            mode = path.stat().st_mode
+            key = path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {source}: {_reason(exc)}") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ValueError(
+                f"{source} is readable by others (mode {stat.S_IMODE(mode):o}): chmod 600 it"
+            )
+    elif os.environ.get(API_KEY_ENV, "").strip():
+        key, source = os.environ[API_KEY_ENV].strip(), f"${API_KEY_ENV}"
+    else:
+        return DEFAULT_API_KEY, "default"
+    uuid, sep, secret = key.partition(":")
+    if not sep or not uuid or not secret or any(c.isspace() or c == "," for c in key):
+        raise ValueError(f"{source} must be UUID:KEY")
+    return key, source
