@@ -5,6 +5,9 @@ while busy and disappears once idle (Kubernetes); a reload computes the limits o
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
@@ -13,6 +16,7 @@ from gateway.flowcontrol.debug import dump_priority_levels
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
 from gateway.flowcontrol.queueset import EXECUTING, FINISHED, REJECTED, WAITING, Request
+from gateway.metrics.apf import APFMetrics
 from gateway.testing import FakeEventClock
 from tests.flowcontrol.builders import (
     flow_schema,
@@ -232,3 +236,29 @@ def test_the_borrowing_adjuster_restarts_itself_on_a_new_period() -> None:
     adjuster.reconfigure(5.0)  # a stopped adjuster stays stopped
     clock.advance(20.0)
     assert ticks() == [7.0, 10.0] and not adjuster.running
+
+
+def dispatched_series(c: FlowController) -> dict[tuple[str, str], float]:
+    registry = CollectorRegistry()
+    registry.register(APFMetrics(c))
+    text = generate_latest(registry).decode()
+    return {
+        (s.labels["priority_level"], s.labels["flow_schema"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "apiserver_flowcontrol_dispatched_requests_total"
+    }
+
+
+def test_every_flow_schema_has_its_series_at_zero_before_its_first_request() -> None:
+    """``rate()`` sees a flow's first dispatch only if its series existed before (at 0)."""
+    c, _ = controller()
+    assert dispatched_series(c) == {
+        ("q", "fq"): 0,
+        ("other", "fo"): 0,
+        ("exempt", "exempt"): 0,
+        ("catch-all", "catch-all"): 0,
+    }
+    added = flow_schema("new", "other", rule(user("nina")), precedence=20)
+    c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(FQ, FO, added)))
+    assert dispatched_series(c)[("other", "new")] == 0
