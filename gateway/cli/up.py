@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gateway.cli.flags import add_seconds
 from gateway.cli.router import add_blocking_wait
+from gateway.cli.scrape_targets import FILE_NAME, TargetsFile
 from gateway.supervision import Spec, StartError, Supervisor
 
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
@@ -263,13 +264,17 @@ def _up(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         api = f"http://{shown}:{port}"
         routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
+        scrape = TargetsFile(root / FILE_NAME)  # before "up": whoever waits for it finds it
+        scrape.update(_platform_urls(supervisor))
         print(f"apf-gateway is up: {api}", flush=True)
         print(f"  API key (namespace guest): {args.api_key}")
         print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
         print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
+        print(f"  Prometheus targets (manager, routers): {scrape.path}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
             supervisor.tick()
+            scrape.update(_platform_urls(supervisor))
             time.sleep(0.1)
     except (StartError, OSError) as exc:
         report(str(exc))
@@ -280,6 +285,11 @@ def _up(args: argparse.Namespace) -> int:
         _sweep(root / "state")
     print("apf-gateway stopped", flush=True)
     return return_code
+
+
+def _platform_urls(supervisor: Supervisor) -> list[tuple[str, str]]:
+    """The manager's and the routers' URLs now ("" while one restarts)."""
+    return [(c.spec.name, c.url) for c in supervisor.children() if c.spec.name != "front-door"]
 
 
 def _reason(exc: BaseException) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -40,14 +39,17 @@ def dashboard_selectors() -> list[Selector]:
     return found
 
 
-def router_urls(proc: subprocess.Popen[bytes]) -> tuple[str, list[str]]:
-    """The manager's and the routers' URLs, from what ``up`` prints once up."""
-    assert proc.stdout is not None
-    for _ in range(5):
-        line = proc.stdout.readline().decode()
-        if m := re.search(r"manager: (\S+)\s+routers: (.+)$", line):
-            return m.group(1), m.group(2).split()
-    raise AssertionError("`up` did not print the manager's and routers' URLs")
+def scrape_targets(state: Path) -> tuple[str, list[str]]:
+    """The manager's and the routers' URLs, from the file_sd targets ``up`` writes for
+    Prometheus (docs/deploy.md)."""
+    groups = json.loads((state / "prometheus-targets.json").read_text())
+    by_component: dict[str, list[str]] = {}
+    for group in groups:
+        (target,) = group["targets"]
+        by_component.setdefault(group["labels"]["component"], []).append(f"http://{target}")
+    assert set(by_component) == {"manager", "router"}, groups
+    (manager,) = by_component["manager"]
+    return manager, by_component["router"]
 
 
 class Scraper:
@@ -103,7 +105,7 @@ async def test_every_dashboard_series_exists_from_zero(tmp_path: Path) -> None:
     proc = start_up(port, tmp_path, "--quota", "1", routers=1)
     try:
         wait_up(proc)
-        manager, routers = router_urls(proc)
+        manager, routers = scrape_targets(tmp_path)
         api = f"http://127.0.0.1:{port}"
         uuid, _, key = DEFAULT_API_KEY.partition(":")
         async with httpx.AsyncClient(auth=(uuid, key), timeout=30) as client:
