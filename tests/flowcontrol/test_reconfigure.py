@@ -238,10 +238,14 @@ def test_the_borrowing_adjuster_restarts_itself_on_a_new_period() -> None:
     assert ticks() == [7.0, 10.0] and not adjuster.running
 
 
-def dispatched_series(c: FlowController) -> dict[tuple[str, str], float]:
+def exported(c: FlowController) -> str:
     registry = CollectorRegistry()
     registry.register(APFMetrics(c))
-    text = generate_latest(registry).decode()
+    return generate_latest(registry).decode()
+
+
+def dispatched_series(c: FlowController) -> dict[tuple[str, str], float]:
+    text = exported(c)
     return {
         (s.labels["priority_level"], s.labels["flow_schema"]): s.value
         for family in text_string_to_metric_families(text)
@@ -262,3 +266,15 @@ def test_every_flow_schema_has_its_series_at_zero_before_its_first_request() -> 
     added = flow_schema("new", "other", rule(user("nina")), precedence=20)
     c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(FQ, FO, added)))
     assert dispatched_series(c)[("other", "new")] == 0
+
+
+def test_seat_seconds_are_exported_per_level() -> None:
+    c, clock = controller()
+    cls, reqs = load(c, 6, 0)  # 6 seats for 1.5 s
+    clock.advance(1.5)
+    text = exported(c)
+    assert 'gateway_flowcontrol_priority_level_seat_seconds_total{priority_level="q"} 9.0' in text
+    assert (
+        'gateway_flowcontrol_priority_level_seat_seconds_total{priority_level="other"} 0.0' in text
+    )
+    drain(c, cls, reqs)
