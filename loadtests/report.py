@@ -255,6 +255,9 @@ def generate(out: Path) -> dict[str, Any]:
     result["totals"] = {k: everything[k] for k in ("requests", "ok", "rejected", "failed")}
     result["totals"]["failures"] = everything["failures"]
     result["targets"] = evaluate(doc.get("targets") or [], result, tenants)
+    for spec, judged in zip(doc.get("targets") or [], result["targets"], strict=True):
+        if isinstance(spec, dict) and "phase" in spec:
+            judged.setdefault("phase", spec["phase"])  # the plots mark it in its phase
     from loadtests import plots  # noqa: PLC0415 - optional matplotlib
 
     result["plots"] = plots.render(out, events, t0, series, tenants, result)
