@@ -61,6 +61,18 @@ def averaged_seats(series: list[dict[str, Any]], level: str, t0: float) -> list[
     return out
 
 
+def mean_over(spans: list[Span], start: float, end: float) -> float:
+    """The time-weighted mean of ``spans`` over what of ``[start, end)`` they cover (NaN if
+    none of it)."""
+    covered = weighted = 0.0
+    for s in spans:
+        overlap = min(s.end, end) - max(s.start, start)
+        if overlap > 0:
+            covered += overlap
+            weighted += s.value * overlap
+    return weighted / covered if covered else math.nan
+
+
 def sampled(series: list[dict[str, Any]], name: str, level: str, t0: float) -> list[Span]:
     """A gauge's instantaneous samples, each held until the next one (the limits)."""
     rows = [(r["t"] - t0, r[name].get(level, 0.0)) for r in series if name in r]

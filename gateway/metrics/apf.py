@@ -176,6 +176,10 @@ class APFMetrics(Collector):
                 g["current_executing_requests"].add_metric(lv, s.executing_requests)
                 g["current_executing_seats"].add_metric(lv, s.executing_seats)
                 g["request_concurrency_in_use"].add_metric(lv, s.executing_seats)
+                if not s.work_estimated_seats.count:
+                    # no request yet: counters and gauges at 0 (what rate() needs), but not
+                    # seven empty histograms per FlowSchema, which would triple a scrape
+                    continue
                 for fam_, h, extra in (
                     (qlen, s.queue_length_after_enqueue, []),
                     (wait, s.wait_seconds["true"], ["true"]),

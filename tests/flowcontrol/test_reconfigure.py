@@ -263,6 +263,15 @@ def test_every_flow_schema_has_its_series_at_zero_before_its_first_request() -> 
         ("exempt", "exempt"): 0,
         ("catch-all", "catch-all"): 0,
     }
+    # counters and gauges, not seven empty histograms per unused FlowSchema (scrape size)
+    c.start(c.classify(ALICE), W1, descr=ALICE)  # fq's first request: its histograms appear
+    waits = {
+        s.labels["flow_schema"]
+        for family in text_string_to_metric_families(exported(c))
+        for s in family.samples
+        if s.name == "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
+    }
+    assert waits == {"fq"}
     added = flow_schema("new", "other", rule(user("nina")), precedence=20)
     c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(FQ, FO, added)))
     assert dispatched_series(c)[("other", "new")] == 0

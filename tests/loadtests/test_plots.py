@@ -20,6 +20,7 @@ from loadtests.plotdata import (
     averaged_seats,
     interval_text,
     legend_groups,
+    mean_over,
     sample_interval,
     sampled,
     step_xy,
@@ -177,3 +178,10 @@ def test_the_plots_name_the_interval_the_phases_and_the_missed_target(tmp_path: 
     for p in paths:
         data = Path(p).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) < 200_000
+
+
+def test_a_phase_mean_weights_each_interval_by_its_overlap() -> None:
+    spans = averaged_seats(SERIES, LEVEL, T0)  # 2 seats on [0, 5.25), 0 on [5.25, 10), ...
+    assert mean_over(spans, 0, 10) == pytest.approx((2 * 5.25) / 10)
+    assert mean_over(spans, 3, 14.5) == pytest.approx((2 * 2.25) / 7)  # only [3, 10) covered
+    assert math.isnan(mean_over(spans, 12, 18))  # a gap: no made-up value
