@@ -9,7 +9,6 @@ namespace's rejection series must exist before its first 429.
 from __future__ import annotations
 
 import json
-import re
 import signal
 from pathlib import Path
 
@@ -19,24 +18,18 @@ from test_platform_up import free_port, start_up, wait_up
 
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.platform import internal_token
-from tests.support.promql import Sample, Selector, samples, selectors, series_key
+from tests.support.promql import (
+    Sample,
+    Selector,
+    dashboard_selectors,
+    samples,
+    selectors,
+    series_key,
+)
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "apf-gateway.json"
 #: labels whose values come from users (actions), so not known before their first activation
 USER_LABELS = {"namespace", "action"}
-
-
-def dashboard_selectors() -> list[Selector]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    found = [
-        s for p in dashboard["panels"] for t in p.get("targets", []) for s in selectors(t["expr"])
-    ]
-    for var in dashboard["templating"]["list"]:
-        if isinstance(var.get("query"), dict):
-            m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", var["query"]["query"])
-            assert m, var
-            found.append(Selector(m.group(1), grouped_by=frozenset({m.group(2)})))
-    return found
 
 
 def scrape_targets(state: Path) -> tuple[str, list[str]]:
@@ -119,7 +112,7 @@ async def test_every_dashboard_series_exists_from_zero(tmp_path: Path) -> None:
         out = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 0, out
 
-    wanted = dashboard_selectors()
+    wanted = dashboard_selectors(DASHBOARD)
     assert len({s.name for s in wanted}) >= 25
     # every selector of the dashboard finds a series with the labels it groups by
     missing = [s for s in wanted if not any(s.matches(n, labels) for n, labels, _ in after)]

@@ -3,8 +3,11 @@ and label matchers) and the labels it groups by, matched against scraped samples
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -95,6 +98,24 @@ def selectors(expr: str) -> list[Selector]:
         else:
             i += 1
     return [Selector(name, matchers, frozenset(grouped)) for name, matchers in found]
+
+
+def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
+    """Every panel's PromQL, and the metric each ``label_values(metric, label)`` variable
+    reads (as a bare selector)."""
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for var in dashboard["templating"]["list"]:
+        query = var.get("query")
+        if isinstance(query, dict):
+            inner = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", query["query"])
+            assert inner, query
+            exprs.append(f"sum by ({inner.group(2)}) ({inner.group(1)})")
+    return exprs
+
+
+def dashboard_selectors(path: Path) -> list[Selector]:
+    dashboard = json.loads(path.read_text())
+    return [s for expr in dashboard_expressions(dashboard) for s in selectors(expr)]
 
 
 Sample = tuple[str, dict[str, str], float]
