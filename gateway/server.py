@@ -87,7 +87,7 @@ class Gateway:
         # built from: reloads change these only after a restart.
         self.running_since_start = settings
         self.lifecycle = Lifecycle()
-        self.metrics = FrontDoorMetrics()
+        self.metrics = FrontDoorMetrics(u.url.rstrip("/") for u in settings.upstreams)
         self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from gateway.cli.flags import add_seconds
 from gateway.cli.router import add_blocking_wait
+from gateway.cli.scrape_targets import FILE_NAME, TargetsFile
 from gateway.serving.listen import reason as _reason
 from gateway.supervision import Spec, StartError, Supervisor
 
@@ -306,6 +307,8 @@ def _up(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         api = f"http://{shown}:{port}"
         routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
+        scrape = TargetsFile(root / FILE_NAME)  # before "up": whoever waits for it finds it
+        scrape.update(_platform_urls(supervisor))
         print(f"apf-gateway is up: {api}", flush=True)
         if api_key == DEFAULT_API_KEY:
             print(f"  API key (namespace guest): {api_key}")
@@ -314,11 +317,13 @@ def _up(args: argparse.Namespace) -> int:
             print(f"  API key (namespace guest): {uuid}:... (from {source})")
             print(f"  try: curl -u {uuid}:KEY {api}/api/v1/namespaces/_/actions")
         print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
+        print(f"  Prometheus targets (manager, routers): {scrape.path}")
         for line in _sandbox_warnings(manager.log, manager_log_start):
             print(f"  warning: {line}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
             supervisor.tick()
+            scrape.update(_platform_urls(supervisor))
             time.sleep(0.1)
     except (StartError, OSError) as exc:
         report(str(exc))
@@ -357,3 +362,8 @@ def api_key_of(args: argparse.Namespace) -> tuple[str, str]:
     if not sep or not uuid or not secret or any(c.isspace() or c == "," for c in key):
         raise ValueError(f"{source} must be UUID:KEY")
     return key, source
+
+
+def _platform_urls(supervisor: Supervisor) -> list[tuple[str, str]]:
+    """The manager's and the routers' URLs now ("" while one restarts)."""
+    return [(c.spec.name, c.url) for c in supervisor.children() if c.spec.name != "front-door"]

@@ -6,6 +6,11 @@ dashboards work unchanged; the deprecated names the Kubernetes documentation sti
 are exported too. Time-weighted ("timing") histograms count nanoseconds, as Kubernetes'
 ``TimingHistogram`` does: ``_count`` is the time observed and ``_sum`` the value integrated
 over it, both in nanoseconds.
+
+One series is the gateway's own (Kubernetes has no such counter):
+``gateway_flowcontrol_priority_level_seat_seconds_total{priority_level}``, the executing seats
+integrated over time, so that ``rate()`` of it is the mean seats busy over any window, however
+short the requests (an instantaneous gauge sampled between them reads 0).
 """
 
 from __future__ import annotations
@@ -171,6 +176,10 @@ class APFMetrics(Collector):
                 g["current_executing_requests"].add_metric(lv, s.executing_requests)
                 g["current_executing_seats"].add_metric(lv, s.executing_seats)
                 g["request_concurrency_in_use"].add_metric(lv, s.executing_seats)
+                if not s.work_estimated_seats.count:
+                    # no request yet: counters and gauges at 0 (what rate() needs), but not
+                    # seven empty histograms per FlowSchema, which would triple a scrape
+                    continue
                 for fam_, h, extra in (
                     (qlen, s.queue_length_after_enqueue, []),
                     (wait, s.wait_seconds["true"], ["true"]),
@@ -236,6 +245,11 @@ class APFMetrics(Collector):
             "nanosecond, of number of requests (as a fraction of the relevant limit) waiting or "
             "in any stage of execution (but only initial stage for WATCHes)",
             labels=["phase", "priority_level"])  # fmt: skip
+        seat_seconds = CounterMetricFamily(
+            "gateway_flowcontrol_priority_level_seat_seconds",
+            "Seats executing (initial stage for WATCHes) integrated over time, in seat-seconds",
+            labels=["priority_level"],
+        )
         demand = HistogramMetricFamily(
             P + "demand_seats", "Observations, at the end of every nanosecond, of (the number "
             "of seats each priority level could use) / (nominal number of seats for that "
@@ -267,6 +281,7 @@ class APFMetrics(Collector):
                 req_util.add_metric([phase, pl], b, s)
             b, s = _timing(level.demand_seats)
             demand.add_metric([pl], b, s)
+            seat_seconds.add_metric([pl], level.seat_seconds)
         yield from fams.values()
         yield from rf.values()
         yield from bounds.values()
@@ -274,3 +289,4 @@ class APFMetrics(Collector):
         yield seat_util
         yield req_util
         yield demand
+        yield seat_seconds

@@ -2,7 +2,9 @@
 max-in-flight filter's counts (``apiserver_current_inflight_requests`` when APF is off).
 
 Plain counters updated on the hot path, exported by a custom collector at scrape time, so a
-request pays an attribute increment instead of a locked library call.
+request pays an attribute increment instead of a locked library call. Each configured
+upstream's latency and error series exist from zero (``upstreams``), so that ``rate()`` sees
+the first error.
 """
 
 from __future__ import annotations
@@ -59,9 +61,13 @@ def _counter(name: str, documentation: str, label: str, counts: Mapping[str, int
 
 
 class FrontDoorMetrics(Collector):
-    def __init__(self) -> None:
+    def __init__(self, upstreams: Iterable[str] = ()) -> None:
         self.upstream_latency: dict[str, Histogram] = {}
         self.upstream_errors: dict[tuple[str, str], int] = {}
+        for upstream in upstreams:
+            self.upstream_latency[upstream] = Histogram(UPSTREAM_BUCKETS)
+            for kind in ERROR_KINDS:
+                self.upstream_errors[(upstream, kind)] = 0
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_ok = 1
         self.reload_failures: dict[str, int] = {}
