@@ -13,7 +13,13 @@ import typing
 from typing import Any
 
 from gateway.networks import parse_cidrs
-from gateway.settings.model import API_VERSION, KIND, GatewaySettings
+from gateway.settings.model import (
+    API_VERSION,
+    KIND,
+    GatewaySettings,
+    UpstreamSettings,
+    UpstreamTLSSettings,
+)
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
 COMMAND_LINE = "command line"
@@ -162,6 +168,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"upstreams[{i}].url: must start with http:// or https://, got {u.url!r}")
         if not u.prefix.startswith("/"):
             errors.append(f"upstreams[{i}].prefix: must start with '/', got {u.prefix!r}")
+        _validate_upstream_tls(f"upstreams[{i}]", u, errors)
     for i, t in enumerate(s.route_templates):
         if not t.path.startswith("/"):
             errors.append(f"routeTemplates[{i}].path: must start with '/', got {t.path!r}")
@@ -183,6 +190,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
     _validate_client(s, errors)
+    _validate_tls(s, errors)
     try:
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
     except ValueError as exc:
@@ -278,3 +286,29 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+
+
+def _validate_upstream_tls(path: str, u: UpstreamSettings, errors: list[str]) -> None:
+    t = u.tls
+    if t != UpstreamTLSSettings() and not u.url.startswith("https://"):
+        errors.append(f"{path}.tls: only for https:// upstreams, got {u.url!r}")
+    if bool(t.cert_file) != bool(t.key_file):
+        errors.append(f"{path}.tls: certFile and keyFile go together")
+
+
+def _validate_tls(s: GatewaySettings, errors: list[str]) -> None:
+    t = s.tls
+    if bool(t.cert_file) != bool(t.private_key_file):
+        errors.append("tls: certFile and privateKeyFile go together")
+    if t.sni_cert_keys and not t.cert_file:
+        errors.append("tls.sniCertKeys: needs tls.certFile (the default certificate)")
+    auth = s.authentication
+    for path, ca in (
+        ("authentication.clientCAFile", auth.client_ca_file),
+        ("authentication.requestHeader.clientCAFile", auth.request_header.client_ca_file),
+    ):
+        if ca and not t.cert_file:
+            errors.append(f"{path}: client certificates need the TLS listener (tls.certFile)")
+    rh = auth.request_header
+    if rh.allowed_names and not rh.client_ca_file:
+        errors.append("authentication.requestHeader.allowedNames: needs clientCAFile")
