@@ -36,6 +36,7 @@ from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.proxy.upstream_tls import UpstreamTLS
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
@@ -118,6 +119,7 @@ class Gateway:
                 max_connections=settings.server_concurrency_limit,
                 keepalive_expiry=p.keepalive_expiry,
             ),
+            tls=UpstreamTLS(settings),
         )
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
