@@ -379,3 +379,24 @@ def _failures(port: int, pki: PKI) -> float:
         for line in text.splitlines()
         if line.startswith("gateway_config_reload_failures_total") and "credentials" in line
     )
+
+
+def test_client_ca_bundle_reloads(pki: PKI, upstream: ServerThread, tmp_path: Path) -> None:
+    bundle = tmp_path / "client-ca.pem"
+    bundle.write_bytes(pki.ca.cert_file.read_bytes())
+    overrides = tls_overrides(pki, upstream, authentication={"clientCAFile": str(bundle)})
+    gw = start_tls(overrides)
+    try:
+        ctx = client_context(pki, pki.alice)
+        with httpx.Client(verify=ctx, timeout=10) as client:  # one kept-alive connection
+            url = f"https://127.0.0.1:{gw.port}/echo"
+            assert upstream_headers(client.get(url))["x-remote-user"] == ["alice"]
+            bundle.write_bytes(pki.other_ca.cert_file.read_bytes())
+            reloaded = load_config([], overrides)
+            gw.call(lambda: gw.app.apply(reloaded))
+            # The open connection is verified again against the new bundle.
+            refused = client.get(url)
+            assert refused.status_code == 401
+            assert "unknown authority" in refused.json()["message"]
+    finally:
+        gw.stop()
