@@ -26,7 +26,7 @@ from cryptography.x509.verification import (
 )
 
 from gateway.http.peer import PeerCertificates
-from gateway.settings.load import CredentialFileError
+from gateway.settings.load import CredentialFileError, read_credential_file
 
 # Largest CA bundle read (a bound on what a reload reads).
 MAX_BUNDLE_BYTES = 4 << 20
@@ -46,13 +46,7 @@ class CertificateRejected(Exception):
 
 
 def read_bundle(path: str, setting: str) -> list[x509.Certificate]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BUNDLE_BYTES + 1)
-    except OSError as exc:
-        raise CredentialFileError(f"{setting} {path}: cannot read: {exc.strerror or exc}") from exc
-    if len(data) > MAX_BUNDLE_BYTES:
-        raise CredentialFileError(f"{setting} {path}: larger than {MAX_BUNDLE_BYTES} bytes")
+    data = read_credential_file(path, setting, MAX_BUNDLE_BYTES)
     try:
         certs = x509.load_pem_x509_certificates(data)
     except ValueError as exc:

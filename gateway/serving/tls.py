@@ -25,7 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from gateway.reconfigure import Swap, assign
 from gateway.serving.peercert import PeerCertUnsupported, request_client_certificates
-from gateway.settings.load import CredentialFileError
+from gateway.settings.load import CredentialFileError, read_credential_file
 from gateway.settings.model import TLSSettings
 
 TLS_VERSIONS = {"VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
@@ -35,15 +35,7 @@ MAX_PEM_BYTES = 1 << 20
 
 
 def read_pem(path: str, what: str) -> bytes:
-    """The file's bytes, or ``CredentialFileError`` naming the setting and the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PEM_BYTES + 1)
-    except OSError as exc:
-        raise CredentialFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
-    if len(data) > MAX_PEM_BYTES:
-        raise CredentialFileError(f"{what} {path}: larger than {MAX_PEM_BYTES} bytes")
-    return data
+    return read_credential_file(path, what, MAX_PEM_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,19 @@ class CredentialFileError(ValueError):
     where the files are read (``asgi.credentials``); a reload refuses it as ``credentials``."""
 
 
+def read_credential_file(path: str, what: str, limit: int) -> bytes:
+    """A certificate, key or CA file's bytes (at most ``limit``: a bound on what a reload
+    reads), or ``CredentialFileError`` naming the setting and the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise CredentialFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise CredentialFileError(f"{what} {path}: larger than {limit} bytes")
+    return data
+
+
 def is_gateway_document(doc: dict[str, Any]) -> bool:
     return doc.get("kind") == KIND
 
