@@ -61,18 +61,17 @@ class FrontProxyConfig:
     # kube's --requestheader-client-ca-file and --requestheader-allowed-names.
     client_ca: ClientCertVerifier | None = None
     allowed_names: frozenset[str] = frozenset()
+    # Either rule configured (a plain attribute: read on every request).
+    enabled: bool = field(init=False, repr=False)
     _user: tuple[bytes, ...] = field(init=False, repr=False)
     _group: tuple[bytes, ...] = field(init=False, repr=False)
     _extra: tuple[bytes, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "enabled", bool(self.allowed_cidrs) or self.client_ca is not None)
         object.__setattr__(self, "_user", _lower(self.username_headers))
         object.__setattr__(self, "_group", _lower(self.group_headers))
         object.__setattr__(self, "_extra", _lower(self.extra_header_prefixes))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.allowed_cidrs) or self.client_ca is not None
 
     def trusts(self, client: tuple[str, int] | None) -> bool:
         """The source-network rule (plain-HTTP set-ups)."""
