@@ -9,6 +9,10 @@ unknown CA). OpenSSL lets a context replace that verification
 The pointer is the first field after the object header of CPython's ``PySSLContext``; it is
 checked against the context's verify mode and options before use, and a build where the
 check fails (or ``ctypes`` is absent) gets ``PeerCertUnsupported``, naming why.
+
+Only the chain check is replaced: OpenSSL still checks the client's CertificateVerify (that it
+holds the key). As the handshake "verified" everything, ``getpeercert()``'s dict form would
+describe an unverified certificate: only the authenticators' verification may be believed.
 """
 
 from __future__ import annotations
