@@ -19,9 +19,11 @@ import httpx
 import pytest
 from cryptography import x509
 
+from gateway.cli.main import build_parser
+from gateway.cli.serve import overrides_from_args
 from gateway.server import Gateway
 from gateway.serving.tls import bound_handshakes, certificate_names
-from gateway.settings.sources import load_config
+from gateway.settings.sources import ConfigLoadError, load_config
 from tests.frontdoor.conftest import ServerThread
 from tests.support.certs import Issued, issue, make_ca
 from tests.support.wait import wait_until
@@ -400,3 +402,33 @@ def test_client_ca_bundle_reloads(pki: PKI, upstream: ServerThread, tmp_path: Pa
             assert "unknown authority" in refused.json()["message"]
     finally:
         gw.stop()
+
+
+def test_tls_flags() -> None:
+    args = build_parser().parse_args([
+        "serve", "--tls-cert-file", "c.pem", "--tls-private-key-file", "k.pem",
+        "--tls-sni-cert-key", "a.pem,a-key.pem", "--tls-sni-cert-key", "b.pem,b-key.pem:b.x,*.y",
+        "--tls-min-version", "VersionTLS13", "--client-ca-file", "ca.pem",
+        "--requestheader-client-ca-file", "fp.pem", "--requestheader-allowed-names", "p1,p2",
+    ])  # fmt: skip
+    s = load_config([], overrides_from_args(args)).settings
+    assert (s.tls.cert_file, s.tls.private_key_file, s.tls.min_version) == (
+        "c.pem", "k.pem", "VersionTLS13",
+    )  # fmt: skip
+    assert [(p.cert_file, p.key_file, p.names) for p in s.tls.sni_cert_keys] == [
+        ("a.pem", "a-key.pem", ()), ("b.pem", "b-key.pem", ("b.x", "*.y")),
+    ]  # fmt: skip
+    rh = s.authentication.request_header
+    assert (s.authentication.client_ca_file, rh.client_ca_file, rh.allowed_names) == (
+        "ca.pem", "fp.pem", ("p1", "p2"),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="expected CERT,KEY"):
+        overrides_from_args(build_parser().parse_args(["serve", "--tls-sni-cert-key", "a.pem"]))
+    with pytest.raises(ConfigLoadError) as exc:
+        load_config([], {"tls": {"certFile": "c"}, "authentication": {
+            "requestHeader": {"allowedNames": ["x"]}}})  # fmt: skip
+    text = "\n".join(exc.value.errors)
+    assert "tls: certFile and privateKeyFile go together" in text
+    assert "allowedNames: needs clientCAFile" in text
+    with pytest.raises(ConfigLoadError, match="need the TLS listener"):
+        load_config([], {"authentication": {"clientCAFile": "ca.pem"}})
