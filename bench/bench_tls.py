@@ -155,6 +155,7 @@ def main() -> int:
     print(f"gateway https / nginx https (req/s): {ratio(g['rps'], n['rps'])}")
     print(f"gateway https / gateway http (req/s): {ratio(g['rps'], h['rps'])}")
     print(f"CPU per request, gateway https / gateway http: {ratio(g['cpu'], h['cpu'])}")
+    print(f"CPU per request, nginx https / gateway https (capacity): {ratio(n['cpu'], g['cpu'])}")
     return 0
 
 
