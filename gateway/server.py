@@ -35,15 +35,18 @@ from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.proxy.upstream_tls import UpstreamTLS
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
+from gateway.serving.tls import ServerTLS
+from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
-                "http_implementation")  # fmt: skip
+                "http_implementation", "tls")  # fmt: skip
 
 
 class LoopClock:
@@ -82,7 +85,16 @@ class Gateway:
             raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
         self.settings = settings
         # Read by each new client connection (gateway/serving); a reload swaps the settings.
-        self.client_limits = ClientLimits(settings.client)
+        # The listener asks for client certificates when a bundle can verify them.
+        self.client_limits = ClientLimits(
+            settings.client, peer_certificates=settings.tls.enabled and _wants_certs(settings)
+        )
+        # The HTTPS listener's certificates (read here: a bad file fails the start).
+        self.tls = (
+            ServerTLS(settings.tls, client_certs=self.client_limits.peer_certificates)
+            if settings.tls.enabled
+            else None
+        )
         # What the listener, the proxy's routes and transport and the admission kind were
         # built from: reloads change these only after a restart.
         self.running_since_start = settings
@@ -106,6 +118,7 @@ class Gateway:
                 max_connections=settings.server_concurrency_limit,
                 keepalive_expiry=p.keepalive_expiry,
             ),
+            tls=UpstreamTLS(settings),
         )
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
@@ -202,6 +215,8 @@ class Gateway:
             )
         if self.work_estimator is not None:
             swaps.append(self.work_estimator.prepare(new.work_estimation))
+        if self.tls is not None:
+            swaps.append(self.tls.prepare())  # the certificate files, read again
         swaps += [
             self.proxy.prepare(
                 request_header=new.authentication.request_header,
@@ -221,6 +236,9 @@ class Gateway:
             for field in RESTART_ONLY:
                 if getattr(new, field) != getattr(self.running_since_start, field):
                     log.warning("%s changed; it takes effect after a restart", field)
+            if _wants_certs(new) and not self.client_limits.peer_certificates:
+                log.warning("client CA files added; the listener asks for certificates after "
+                            "a restart")  # fmt: skip
 
         return commit
 
@@ -286,6 +304,11 @@ class Gateway:
                 return
 
 
+def _wants_certs(settings: GatewaySettings) -> bool:
+    auth = settings.authentication
+    return bool(auth.client_ca_file or auth.request_header.client_ca_file)
+
+
 def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | None = None) -> Any:
     """uvicorn settings for the gateway: the configured HTTP implementation guarded by the
     client timeouts and limits (``gateway.serving``), no access log, no header rewriting.
@@ -296,10 +319,12 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
 
     s = gateway.settings
     host, listen_port = s.host_port
+    tls = gateway.tls
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
         http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls.context,
     )  # fmt: skip

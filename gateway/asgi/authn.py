@@ -1,9 +1,13 @@
 """Authentication: turn a request's credentials into a ``UserInfo``, as kube-apiserver does.
 
-Sources are tried in kube-apiserver's order: trusted front-proxy headers (only from configured
-source networks), a bearer token from the static token file, an OpenWhisk API key in HTTP Basic,
-then anonymous. Presented but wrong credentials are an error (401), never a fall-through to
-anonymous. Everything here is synchronous: the tables are loaded up front and swapped on reload.
+Sources are tried in kube-apiserver's order: trusted front-proxy headers (from a connection
+whose client certificate verifies against the request-header CA, or from configured source
+networks), a client certificate verified against the client CA (user = CN, groups = O), a
+bearer token from the static token file, an OpenWhisk API key in HTTP Basic, then anonymous.
+Presented but wrong credentials are an error (401), never a fall-through to anonymous; as in
+kube-apiserver's union authenticator, a certificate that does not verify still lets a valid
+token or key authenticate, and is the 401's reason when none does. Everything here is
+synchronous: the tables are loaded up front and swapped on reload.
 """
 
 from __future__ import annotations
@@ -16,6 +20,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from gateway.asgi.clientcert import (
+    CertificateRejected,
+    ClientCertVerifier,
+    common_name,
+    organizations,
+)
 from gateway.asgi.credentials import (
     OpenWhiskKey,
     load_openwhisk_keys,
@@ -24,6 +34,7 @@ from gateway.asgi.credentials import (
 )
 from gateway.asgi.refusal import RequestRefused
 from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
+from gateway.http.peer import PEER_CERTIFICATES
 from gateway.http.types import Scope
 from gateway.networks import Network, in_networks, parse_cidrs
 
@@ -47,17 +58,37 @@ class FrontProxyConfig:
     username_headers: tuple[str, ...] = ("X-Remote-User",)
     group_headers: tuple[str, ...] = ("X-Remote-Group",)
     extra_header_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+    # kube's --requestheader-client-ca-file and --requestheader-allowed-names.
+    client_ca: ClientCertVerifier | None = None
+    allowed_names: frozenset[str] = frozenset()
+    # Either rule configured (a plain attribute: read on every request).
+    enabled: bool = field(init=False, repr=False)
     _user: tuple[bytes, ...] = field(init=False, repr=False)
     _group: tuple[bytes, ...] = field(init=False, repr=False)
     _extra: tuple[bytes, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "enabled", bool(self.allowed_cidrs) or self.client_ca is not None)
         object.__setattr__(self, "_user", _lower(self.username_headers))
         object.__setattr__(self, "_group", _lower(self.group_headers))
         object.__setattr__(self, "_extra", _lower(self.extra_header_prefixes))
 
     def trusts(self, client: tuple[str, int] | None) -> bool:
+        """The source-network rule (plain-HTTP set-ups)."""
         return client is not None and in_networks(client[0], self.allowed_cidrs)
+
+    def trusts_connection(self, scope: Scope) -> bool:
+        """A verified front-proxy certificate (with an allowed CN), or an allowed network."""
+        peer = scope.get(PEER_CERTIFICATES)
+        if self.client_ca is not None and peer is not None:
+            try:
+                leaf = self.client_ca.verify(peer)
+            except CertificateRejected:
+                pass
+            else:
+                if not self.allowed_names or common_name(leaf) in self.allowed_names:
+                    return True
+        return bool(self.allowed_cidrs) and self.trusts(scope.get("client"))
 
     def is_identity_header(self, name: bytes) -> bool:
         """True for headers a client must never be able to pass through to the upstream."""
@@ -73,6 +104,11 @@ def authenticator_from_settings(auth: AuthenticationSettings) -> RequestAuthenti
     ``CredentialFileError``/``ValueError`` naming the file or setting."""
     rh = auth.request_header
     return RequestAuthenticator(
+        client_ca=(
+            ClientCertVerifier(auth.client_ca_file, "authentication.clientCAFile")
+            if auth.client_ca_file
+            else None
+        ),
         tokens=load_token_file(auth.token_auth_file) if auth.token_auth_file else None,
         openwhisk_keys=(
             load_openwhisk_keys(auth.openwhisk_keys_file) if auth.openwhisk_keys_file else None
@@ -82,6 +118,12 @@ def authenticator_from_settings(auth: AuthenticationSettings) -> RequestAuthenti
             username_headers=rh.username_headers,
             group_headers=rh.group_headers,
             extra_header_prefixes=rh.extra_header_prefixes,
+            client_ca=(
+                ClientCertVerifier(rh.client_ca_file, "authentication.requestHeader.clientCAFile")
+                if rh.client_ca_file
+                else None
+            ),
+            allowed_names=frozenset(rh.allowed_names),
         ),
         anonymous=auth.anonymous,
     )
@@ -93,11 +135,13 @@ class RequestAuthenticator:
     def __init__(
         self,
         *,
+        client_ca: ClientCertVerifier | None = None,
         tokens: Mapping[str, UserInfo] | None = None,
         openwhisk_keys: Mapping[str, OpenWhiskKey] | None = None,
         front_proxy: FrontProxyConfig | None = None,
         anonymous: bool = True,
     ) -> None:
+        self.client_ca = client_ca
         self.tokens = dict(tokens or {})
         self.openwhisk_keys = dict(openwhisk_keys or {})
         self.front_proxy = front_proxy or FrontProxyConfig()
@@ -105,10 +149,22 @@ class RequestAuthenticator:
 
     def authenticate(self, scope: Scope) -> UserInfo:
         fp = self.front_proxy
-        if fp.allowed_cidrs and fp.trusts(scope.get("client")):
+        if fp.enabled and fp.trusts_connection(scope):
             user = self._from_front_proxy(scope["headers"])
             if user is not None:
                 return user
+        rejected: CertificateRejected | None = None
+        if self.client_ca is not None:
+            peer = scope.get(PEER_CERTIFICATES)
+            if peer is not None:
+                try:
+                    leaf = self.client_ca.verify(peer)
+                except CertificateRejected as exc:
+                    rejected = exc
+                else:
+                    name = common_name(leaf)
+                    if name:  # kube: a certificate without a CN authenticates no one
+                        return UserInfo(name, with_authenticated(organizations(leaf)))
         authorization = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -124,6 +180,8 @@ class RequestAuthenticator:
                 return user
             if scheme == b"basic" and self.openwhisk_keys:
                 return self._from_basic(credential.strip())
+        if rejected is not None:
+            raise Unauthorized(str(rejected))
         if self.anonymous:
             return ANONYMOUS
         raise Unauthorized("authentication required")

@@ -72,6 +72,42 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "how often config files are checked for changes; 0 = SIGHUP only (default 2s)",
     ),
     (
+        "--tls-cert-file",
+        "tls.certFile",
+        "FILE",
+        "serve HTTPS with this PEM certificate (chain); reloaded when it changes",
+    ),
+    (
+        "--tls-private-key-file",
+        "tls.privateKeyFile",
+        "FILE",
+        "the PEM private key of --tls-cert-file",
+    ),
+    (
+        "--tls-min-version",
+        "tls.minVersion",
+        "VERSION",
+        "lowest TLS version: VersionTLS12 (default) or VersionTLS13",
+    ),
+    (
+        "--client-ca-file",
+        "authentication.clientCAFile",
+        "FILE",
+        "client certificates that verify against these CAs authenticate as CN, groups O",
+    ),
+    (
+        "--requestheader-client-ca-file",
+        "authentication.requestHeader.clientCAFile",
+        "FILE",
+        "identity headers are believed from clients whose certificate verifies against these CAs",
+    ),
+    (
+        "--requestheader-allowed-names",
+        "authentication.requestHeader.allowedNames",
+        "N1,N2",
+        "front-proxy certificate CNs allowed (default: any verified by the CA file)",
+    ),
+    (
         "--token-auth-file",
         "authentication.tokenAuthFile",
         "FILE",
@@ -166,6 +202,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "proxy.connectTimeout",
         "DURATION",
         "upstream connect timeout (default 5s)",
+    ),
+    (
+        "--upstream-ca-file",
+        "proxy.upstreamCAFile",
+        "FILE",
+        "CAs for https:// upstreams without tls.caFile (default: the system's CAs)",
     ),
     (
         "--upstream-read-timeout",
@@ -278,6 +320,7 @@ LIST_FLAGS = {
     "usernameHeaders",
     "groupHeaders",
     "extraHeaderPrefixes",
+    "allowedNames",
 }
 
 
@@ -320,6 +363,14 @@ def register(subparsers: Any) -> None:
         metavar="PREFIX=PATH",
         help="authenticate to the --upstream with this prefix with the token in PATH "
         "(Authorization: Bearer, replacing the client's): upstreams[].bearerTokenFile",
+    )
+    parser.add_argument(
+        "--tls-sni-cert-key",
+        action="append",
+        default=[],
+        metavar="CERT,KEY[:NAME1,NAME2]",
+        help="a certificate for the SNI names given, or else its own names (repeatable; "
+        "names may be wildcards such as *.example.com)",
     )
     parser.add_argument(
         "--route-template",
@@ -386,12 +437,26 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 raise ValueError(f"{flag} {spec}: no --upstream has prefix {prefix!r}")
             for u in matching:
                 u[key] = value  # validated with the other settings
+    if args.tls_sni_cert_key:
+        out.setdefault("tls", {})["sniCertKeys"] = [sni_cert_key(v) for v in args.tls_sni_cert_key]
     if args.route_template:
         templates = []
         for spec in args.route_template:
             path, sep, resource = spec.partition("=")
             templates.append({"path": path, "resource": resource} if sep else {"path": spec})
         out["routeTemplates"] = templates
+    return out
+
+
+def sni_cert_key(spec: str) -> dict[str, Any]:
+    """kube's ``cert,key[:name1,name2]``."""
+    files, _, names = spec.partition(":")
+    cert, sep, key = files.partition(",")
+    if not sep or not cert or not key or "," in key:
+        raise ValueError(f"--tls-sni-cert-key {spec}: expected CERT,KEY[:NAME1,NAME2]")
+    out: dict[str, Any] = {"certFile": cert, "keyFile": key}
+    if names:
+        out["names"] = [n.strip() for n in names.split(",") if n.strip()]
     return out
 
 
@@ -437,15 +502,20 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         loop.close()
         return 2
+    if loaded.settings.tls.enabled:
+        from gateway.serving.tls import bound_handshakes  # noqa: PLC0415 - per-command import
+
+        bound_handshakes(loop, loaded.settings.client.header_timeout)
     gateway.enable_reload(loaded, args.config, overrides)
     gateway.on_startup.append(tune_gc)
     from gateway.compiled import compiled_modules  # noqa: PLC0415 - per-command import
 
     compiled = compiled_modules()
     logging.getLogger("gateway.serve").info(
-        "admission hot path: %s; HTTP/1.1: %s",
+        "admission hot path: %s; HTTP/1.1: %s; TLS: %s",
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
         loaded.settings.http_implementation,
+        f"on (minimum {loaded.settings.tls.min_version})" if gateway.tls else "off",
     )
     import resource  # noqa: PLC0415 - per-command import
 

@@ -122,6 +122,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change "
         "(default: none, Kubernetes' built-in objects)",
     )
+    parser.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="serve the platform over HTTPS with this PEM certificate (reloaded on change)",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", metavar="FILE", help="the PEM private key of --tls-cert-file"
+    )
     add_blocking_wait(parser, "passed to the routers")
     add_seconds(
         parser,
@@ -231,6 +239,9 @@ def _up(args: argparse.Namespace) -> int:
         read_timeout = read_timeout_for(args.max_blocking_wait, args.upstream_read_timeout)
     except ValueError as exc:
         return _fail(str(exc))
+    tls_args = _tls_args(args)
+    if isinstance(tls_args, str):
+        return _fail(tls_args)
     try:
         host, port = parse_listen(args.listen, 3233)
         port = _free_port(host, port)
@@ -297,7 +308,7 @@ def _up(args: argparse.Namespace) -> int:
         front_args += ["--upstream-token-file", f"/api/v1={token_file}"]
         front_args += ["--upstream-error-format", "/api/v1=openwhisk"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
-        front_args += ["--upstream-read-timeout", str(read_timeout)]
+        front_args += ["--upstream-read-timeout", str(read_timeout), *tls_args]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
         front = Spec("front-door", py + front_args, logs / "front-door.log", announce=False)
@@ -305,7 +316,7 @@ def _up(args: argparse.Namespace) -> int:
         supervisor.wait_ready(cancelled=lambda: stop["now"])
         shared.close()
         shown = f"[{host}]" if ":" in host else host
-        api = f"http://{shown}:{port}"
+        api = f"{'https' if tls_args else 'http'}://{shown}:{port}"
         routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
         scrape = TargetsFile(root / FILE_NAME)  # before "up": whoever waits for it finds it
         scrape.update(_platform_urls(supervisor))
@@ -367,3 +378,24 @@ def api_key_of(args: argparse.Namespace) -> tuple[str, str]:
 def _platform_urls(supervisor: Supervisor) -> list[tuple[str, str]]:
     """The manager's and the routers' URLs now ("" while one restarts)."""
     return [(c.spec.name, c.url) for c in supervisor.children() if c.spec.name != "front-door"]
+
+
+def _tls_args(args: argparse.Namespace) -> list[str] | str:
+    """The front door's TLS flags, or why the files do not make a certificate (checked here
+    so that ``up`` fails at once, not after starting the manager and routers)."""
+    if not args.tls_cert_file and not args.tls_private_key_file:
+        return []
+    if not (args.tls_cert_file and args.tls_private_key_file):
+        return "--tls-cert-file and --tls-private-key-file go together"
+    from gateway.serving.tls import load_certificates  # noqa: PLC0415 - per-command import
+    from gateway.settings.model import TLSSettings  # noqa: PLC0415 - per-command import
+
+    cert, key = (
+        str(Path(args.tls_cert_file).resolve()),
+        str(Path(args.tls_private_key_file).resolve()),
+    )
+    try:
+        load_certificates(TLSSettings(cert, key), client_certs=False)
+    except ValueError as exc:
+        return str(exc)
+    return ["--tls-cert-file", cert, "--tls-private-key-file", key]

@@ -25,6 +25,7 @@ from gateway.proxy.transport import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
+from gateway.proxy.upstream_tls import TLSTarget, UpstreamTLS
 
 
 @contextmanager
@@ -84,15 +85,20 @@ def _refuse_trailing_bytes(resp: httpx.Response) -> None:
 
 
 class HttpxUpstreamTransport:
-    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+    def __init__(
+        self, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
+    ) -> None:
+        self._tls = tls
         self._timeout = httpx.Timeout(
             connect=timeouts.connect, read=timeouts.read, write=timeouts.read, pool=timeouts.pool
         )
         self._limits = limits
         self._clients: dict[bool, httpx.AsyncClient] = {}
 
-    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        return httpx.AsyncHTTPTransport(limits=limits)
+    def _make_transport(
+        self, limits: httpx.Limits, tls: TLSTarget | None = None
+    ) -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport(limits=limits, verify=tls.context if tls else True)
 
     def _client(self, long_running: bool) -> httpx.AsyncClient:
         client = self._clients.get(long_running)
@@ -103,9 +109,16 @@ class HttpxUpstreamTransport:
                 max_keepalive_connections=max_conn,
                 keepalive_expiry=self._limits.keepalive_expiry,
             )
+            # httpcore takes its TLS context per pool: one mounted transport per https upstream.
+            targets = self._tls.targets if self._tls is not None else {}
+            mounts = {
+                f"https://{host}:{port}": self._make_transport(limits, target)
+                for (host, port), target in targets.items()
+            }
             client = httpx.AsyncClient(
-                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False
-            )
+                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False,
+                mounts=mounts,
+            )  # fmt: skip
             self._clients[long_running] = client
         return client
 
@@ -120,7 +133,11 @@ class HttpxUpstreamTransport:
     ) -> HttpxResponse:
         client = self._client(long_running)
         with _mapped():
-            request = client.build_request(method, url, headers=headers, content=body)
+            tls = self._tls.for_url(url) if self._tls is not None else None
+            extensions = {"sni_hostname": tls.server_hostname} if tls else None
+            request = client.build_request(
+                method, url, headers=headers, content=body, extensions=extensions
+            )
             resp = await client.send(request, stream=True)
             try:
                 length = resp.headers.get("content-length")
@@ -139,11 +156,15 @@ class HttpxUpstreamTransport:
 
 
 class HttpxAiohttpUpstreamTransport(HttpxUpstreamTransport):
-    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        return _exact_target_transport(limits)
+    def _make_transport(
+        self, limits: httpx.Limits, tls: TLSTarget | None = None
+    ) -> httpx.AsyncBaseTransport:
+        return _exact_target_transport(limits, tls)
 
 
-def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+def _exact_target_transport(
+    limits: httpx.Limits, tls: TLSTarget | None
+) -> httpx.AsyncBaseTransport:
     """httpx-aiohttp hands aiohttp ``str(request.url)``, which yarl requotes (``%3A`` becomes
     ``:``, ``%2F`` in a query ``/``); this one sends the canonical target unchanged."""
 
@@ -176,6 +197,8 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
                     request.method, URL(str(request.url), encoded=True),
                     headers=request.headers, data=data, allow_redirects=False,
                     auto_decompress=False, compress=False,
+                    ssl=tls.context if tls else True,
+                    server_hostname=tls.server_hostname if tls else None,
                     timeout=ClientTimeout(
                         sock_connect=timeout.get("connect"), sock_read=timeout.get("read"),
                         connect=timeout.get("pool"),

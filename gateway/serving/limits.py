@@ -15,9 +15,12 @@ class ClientLimits:
     """What new connections take (each keeps the values it started with); a reload swaps
     ``settings``. ``closed`` counts the connections the limits closed, by reason."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, *, peer_certificates: bool = False) -> None:
         self.settings = settings
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)
+        # TLS connections put the client's certificate in each request's scope (set at start:
+        # the listener asks for certificates only when a client CA bundle is configured).
+        self.peer_certificates = peer_certificates
 
 
 # Descriptors beside client and upstream connections: listening socket, logs, config files.

@@ -35,6 +35,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
+from gateway.http.peer import PeerCertificates, WithPeerCertificates
 from gateway.serving.limits import ClientLimits
 from gateway.serving.responses import closing_response
 from gateway.settings.model import ClientSettings
@@ -149,6 +150,8 @@ class ClientGuard(_Base):
     flow: Any  # a BodyFlow (set in connection_made)
     timeout_keep_alive: Any
     timeout_keep_alive_task: asyncio.TimerHandle | None
+    scheme: Any
+    app: Any
 
     _guard: _State | None = None
 
@@ -165,6 +168,14 @@ class ClientGuard(_Base):
         g = self._guard = _State(s, self.loop.time)
         self.flow = BodyFlow(transport, g.now)
         g.timer = self.loop.call_at(g.mark + g.period, self._on_timer)
+        if self.scheme == "https" and self.limits.peer_certificates:
+            self._take_peer_certificate(transport)
+
+    def _take_peer_certificate(self, transport: asyncio.Transport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:
+            self.app = WithPeerCertificates(self.app, PeerCertificates((der,)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         g = self._guard

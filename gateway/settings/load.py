@@ -13,7 +13,13 @@ import typing
 from typing import Any
 
 from gateway.networks import parse_cidrs
-from gateway.settings.model import API_VERSION, KIND, GatewaySettings
+from gateway.settings.model import (
+    API_VERSION,
+    KIND,
+    GatewaySettings,
+    UpstreamSettings,
+    UpstreamTLSSettings,
+)
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
 COMMAND_LINE = "command line"
@@ -32,6 +38,19 @@ class CredentialFileError(ValueError):
     """A credential file the settings name (``authentication.tokenAuthFile``,
     ``openwhiskKeysFile``) could not be read; the message names the file and the line. Raised
     where the files are read (``asgi.credentials``); a reload refuses it as ``credentials``."""
+
+
+def read_credential_file(path: str, what: str, limit: int) -> bytes:
+    """A certificate, key or CA file's bytes (at most ``limit``: a bound on what a reload
+    reads), or ``CredentialFileError`` naming the setting and the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise CredentialFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise CredentialFileError(f"{what} {path}: larger than {limit} bytes")
+    return data
 
 
 def is_gateway_document(doc: dict[str, Any]) -> bool:
@@ -162,6 +181,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"upstreams[{i}].url: must start with http:// or https://, got {u.url!r}")
         if not u.prefix.startswith("/"):
             errors.append(f"upstreams[{i}].prefix: must start with '/', got {u.prefix!r}")
+        _validate_upstream_tls(f"upstreams[{i}]", u, errors)
     for i, t in enumerate(s.route_templates):
         if not t.path.startswith("/"):
             errors.append(f"routeTemplates[{i}].path: must start with '/', got {t.path!r}")
@@ -183,6 +203,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
     _validate_client(s, errors)
+    _validate_tls(s, errors)
     try:
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
     except ValueError as exc:
@@ -278,3 +299,29 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+
+
+def _validate_upstream_tls(path: str, u: UpstreamSettings, errors: list[str]) -> None:
+    t = u.tls
+    if t != UpstreamTLSSettings() and not u.url.startswith("https://"):
+        errors.append(f"{path}.tls: only for https:// upstreams, got {u.url!r}")
+    if bool(t.cert_file) != bool(t.key_file):
+        errors.append(f"{path}.tls: certFile and keyFile go together")
+
+
+def _validate_tls(s: GatewaySettings, errors: list[str]) -> None:
+    t = s.tls
+    if bool(t.cert_file) != bool(t.private_key_file):
+        errors.append("tls: certFile and privateKeyFile go together")
+    if t.sni_cert_keys and not t.cert_file:
+        errors.append("tls.sniCertKeys: needs tls.certFile (the default certificate)")
+    auth = s.authentication
+    for path, ca in (
+        ("authentication.clientCAFile", auth.client_ca_file),
+        ("authentication.requestHeader.clientCAFile", auth.request_header.client_ca_file),
+    ):
+        if ca and not t.cert_file:
+            errors.append(f"{path}: client certificates need the TLS listener (tls.certFile)")
+    rh = auth.request_header
+    if rh.allowed_names and not rh.client_ca_file:
+        errors.append("authentication.requestHeader.allowedNames: needs clientCAFile")

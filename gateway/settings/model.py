@@ -21,6 +21,22 @@ KIND = "GatewayConfiguration"
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamTLSSettings:
+    """How an ``https://`` upstream is verified and what the gateway presents to it."""
+
+    # PEM bundle the upstream's certificate must chain to; empty: proxy.upstreamCAFile, else
+    # the system's CAs.
+    ca_file: str = field(default="", metadata={"yaml": "caFile"})
+    # The name checked against the upstream's certificate (and sent as SNI); empty: the URL's.
+    server_name: str = ""
+    # A client certificate for the upstream (kube-apiserver's --proxy-client-cert-file).
+    cert_file: str = ""
+    key_file: str = ""
+    # No verification at all; only when written out.
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     url: str
     prefix: str = "/"
@@ -32,6 +48,7 @@ class UpstreamSettings:
     # (``Authorization: Bearer``, replacing the client's): the platform's routers believe
     # identity headers only on requests carrying their internal token. Read at start.
     bearer_token_file: str = ""
+    tls: UpstreamTLSSettings = field(default_factory=UpstreamTLSSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +66,18 @@ class RequestHeaderSettings:
     username_headers: tuple[str, ...] = ("X-Remote-User",)
     group_headers: tuple[str, ...] = ("X-Remote-Group",)
     extra_header_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+    # kube's --requestheader-client-ca-file: identity headers are believed from a connection
+    # whose client certificate verifies against this bundle (and whose CN is in allowedNames,
+    # when that is set).
+    client_ca_file: str = field(default="", metadata={"yaml": "clientCAFile"})
+    allowed_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
+    # kube's --client-ca-file: a client certificate verified against it authenticates as
+    # user = CN, groups = O.
+    client_ca_file: str = field(default="", metadata={"yaml": "clientCAFile"})
     token_auth_file: str = ""
     openwhisk_keys_file: str = ""
     anonymous: bool = True
@@ -69,6 +94,8 @@ class ProxySettings:
     forward_identity: bool = True
     # Client-sent Impersonate-* headers: refuse the request (403), drop them, or pass them on.
     impersonation: Literal["reject", "strip", "forward"] = "reject"
+    # CAs for https:// upstreams without their own tls.caFile; empty: the system's CAs.
+    upstream_ca_file: str = field(default="", metadata={"yaml": "upstreamCAFile"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +117,30 @@ class ClientSettings:
     max_header_bytes: int = 65536
     # Open client connections; beyond it a new connection gets 503 and is closed.
     max_connections: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class SNICertKeySettings:
+    """One of kube's --tls-sni-cert-key pairs; without names, the certificate's SANs and CN."""
+
+    cert_file: str
+    key_file: str
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSettings:
+    """The HTTPS listener (kube-apiserver's --tls-* flags); no certFile: plain HTTP. The files
+    are reloaded when they change."""
+
+    cert_file: str = ""
+    private_key_file: str = ""
+    min_version: Literal["VersionTLS12", "VersionTLS13"] = "VersionTLS12"
+    sni_cert_keys: tuple[SNICertKeySettings, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +210,7 @@ class GatewaySettings:
     max_config_objects: int = DEFAULT_MAX_OBJECTS
     max_config_errors: int = DEFAULT_MAX_ERRORS
     client: ClientSettings = field(default_factory=ClientSettings)
+    tls: TLSSettings = field(default_factory=TLSSettings)
 
     @property
     def server_concurrency_limit(self) -> int:
