@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,6 +46,7 @@ DEFAULT_LIST = 30
 MAX_EPOCH_MS = 2**63 - 1  # what the stores' integer columns hold
 _TRUE = frozenset(("true", "yes", "on", "1"))
 _FALSE = frozenset(("false", "no", "off", "0"))
+_INT = re.compile(r"[+-]?[0-9]{1,11}")
 MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
 FAILED = "The router could not run the activation."
 MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
@@ -119,22 +121,29 @@ def _page(request: web.Request, collection: str) -> tuple[int, int]:
         if given is None:
             found[key] = default
             continue
-        try:
-            value = int(given)
-        except ValueError:
+        value = _java_int(given)
+        if value is None:  # OpenWhisk's ``toInt``: 32-bit, so 2**63 is "not an integer" too
             problem = f"The value '{given}' is not an integer for {collection}."
+        elif key == "limit" and not 0 <= value <= MAX_LIST:
+            problem = (
+                f"The value '{value}' is not in the range of 0 to {MAX_LIST} for {collection}."
+            )
+        elif value < 0:
+            problem = f"The value '{value}' is not greater than or equal to 0 for {collection}."
         else:
-            if key == "limit" and not 0 <= value <= MAX_LIST:
-                problem = (
-                    f"The value '{value}' is not in the range of 0 to {MAX_LIST} for {collection}."
-                )
-            elif value < 0:
-                problem = f"The value '{value}' is not greater than or equal to 0 for {collection}."
-            else:
-                found[key] = value
-                continue
+            found[key] = value
+            continue
         raise ApiError(400, f"The query parameter '{key}' was malformed:\n{problem}")
     return found["limit"] or MAX_LIST, found["skip"]
+
+
+def _java_int(text: str) -> int | None:
+    """``text`` as Java's ``Integer.parseInt`` reads it (ASCII digits, a sign, 32 bits), or
+    None: OpenWhisk answers a value outside that range as "not an integer"."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
 
 
 def _flag(request: web.Request, name: str, default: bool) -> bool:
