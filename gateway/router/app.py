@@ -26,6 +26,7 @@ from gateway.router.activation import (
     compose,
     error_outcome,
 )
+from gateway.router.bodies import MAX_ACTION_BYTES, MAX_PAYLOAD_BYTES, Parser
 from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
@@ -53,6 +54,8 @@ class RouterSettings:
     max_blocking_wait: float = 60.0
     store_timeout: float = 5.0  # a store call taking longer counts as an outage
     activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES  # an invoke's body
+    max_action_bytes: int = MAX_ACTION_BYTES  # an action PUT's body
     pool: PoolSettings = field(default_factory=PoolSettings)
     # pod template fields tenants may set (gateway.platform.podtemplate); empty: none of them
     allowed_pod_template_fields: frozenset[str] = frozenset()
@@ -67,6 +70,7 @@ class Router:
         self.url = ""
         self.draining = False
         self.metrics = RouterMetrics(self._held)
+        self.parser = Parser()  # large action bodies, off the event loop
         # this process: marks and the manager's lease tell it from a predecessor under the id
         self.incarnation = uuid.uuid4().hex[:16]
 
@@ -163,6 +167,7 @@ class Router:
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
         await self.invoker.close()
+        self.parser.close()
         records = "activation records written"
         try:
             await self.writer.close()

@@ -3,10 +3,20 @@ managers and runtimes: list paging parameters, request bodies, action results.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
 import httpx
-from platform_support import Platform, openwhisk_error
+from platform_support import IDENTITY, Platform, action_url, invoke, openwhisk_error, put_action
 
 BIG = str(2**63)
+MIB = 1024 * 1024
+EXEC = {"kind": "python:3", "code": "def main(args):\n    return args\n"}
 
 
 async def test_out_of_range_paging_is_400_on_every_list(
@@ -36,3 +46,145 @@ async def test_out_of_range_paging_is_400_on_every_list(
         assert fits.status_code == 200 and fits.json() == []
     log = (platform.root / "router-r1.log").read_text()
     assert "Traceback" not in log
+
+
+async def _raw_request(url: str, head: str, body: bytes) -> tuple[asyncio.StreamWriter, bytes]:
+    """Send ``head`` and ``body`` (a chunked body's first chunks, never its end) and wait for
+    the answer's status line and headers: the router must answer before the body ends."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(head.encode() + body)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+    length = int(re.search(rb"(?i)content-length: (\d+)", answer)[1])  # type: ignore[index]
+    return writer, answer + await asyncio.wait_for(reader.readexactly(length), 20)
+
+
+def _chunked(path: str, size: int) -> tuple[str, bytes]:
+    head = (
+        f"{path} HTTP/1.1\r\nHost: x\r\nX-Remote-User: alice\r\n"
+        "X-Remote-Extra-Namespace: guest\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b'{"x": "' + b"y" * size
+    return head, b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+
+
+async def test_bodies_are_refused_while_reading(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """A chunked body is counted as it arrives: 413 once it passes the limit, while the client
+    is still sending (on main the router read it whole first, then answered)."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "echo", "def main(args):\n    return args\n")
+    for path, size, limit in (
+        ("POST /api/v1/namespaces/_/actions/echo?blocking=true", MIB + 10, MIB),
+        ("PUT /api/v1/namespaces/_/actions/big?overwrite=true", 50 * MIB + 10, 50 * MIB),
+    ):
+        head, first = _chunked(path, size)
+        writer, answer = await _raw_request(r.url, head, first)
+        status, _, body = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 413 Request Entity Too Large", answer[:300]
+        message = json.loads(body.partition(b"\r\n\r\n")[2])["error"]
+        got = re.fullmatch(r"Request larger than allowed: (\d+) > (\d+) bytes\.", message)
+        assert got is not None and int(got[1]) > limit and int(got[2]) == limit, message
+        writer.close()
+    assert (await client.get(action_url(r, "big"))).status_code == 404
+    # the limit is a setting: refused from Content-Length, before anything is read
+    small = platform.start_router("r2", "--max-action-bytes", str(2 * MIB))
+    declared = await client.put(action_url(small, "big"), content=b"x" * (2 * MIB + 1))
+    assert openwhisk_error(declared, 413) == (
+        f"Request larger than allowed: {2 * MIB + 1} > {2 * MIB} bytes."
+    )
+
+
+def _spawned(pid: int) -> list[str]:
+    """Command lines of ``pid``'s worker processes (multiprocessing's spawn; its resource
+    tracker, a process of its own, does not count)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if ppid == pid and "spawn_main" in cmdline:
+                    found.append(cmdline)
+    return found
+
+
+async def test_large_action_bodies_are_parsed_in_another_process(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """JSON parsing holds the GIL, so a large PUT is parsed and checked in a worker process
+    (the router's event loop is never behind it); its answers are the usual ones."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    router_pid = r.popen.pid
+    small = await client.put(action_url(r, "small"), json={"exec": EXEC})
+    assert small.status_code == 200 and _spawned(router_pid) == []  # small: parsed inline
+
+    code = "def main(args):\n    return {'n': len(CODE)}\nCODE = '''" + '"\n' * MIB + "'''\n"
+    big = await client.put(action_url(r, "big"), json={"exec": {**EXEC, "code": code}})
+    assert big.status_code == 200, big.text[:300]
+    assert big.json()["exec"]["code"] == code
+    assert len(_spawned(router_pid)) == 1
+    assert (await invoke(client, r, "big")).json()["response"]["result"] == {"n": 2 * MIB}
+
+    padding = " " * MIB  # large enough for the worker, then each answer the inline path gives
+    bad_json = await client.put(action_url(r, "x"), content=b"{" + padding.encode())
+    assert openwhisk_error(bad_json, 400).startswith("The request content was malformed:\n")
+    params = [{"key": f"k{i}", "value": "v" * 1000} for i in range(1100)]
+    too_many = await client.put(action_url(r, "x"), json={"exec": EXEC, "parameters": params})
+    size = len(json.dumps(params, separators=(",", ":")))
+    assert openwhisk_error(too_many, 413) == (
+        f"parameters larger than allowed: {size} > {MIB} bytes."
+    )
+    no_kind = await client.put(action_url(r, "x"), json={"exec": {"code": code}})
+    assert openwhisk_error(no_kind, 400) == (
+        "The request content was malformed: 'exec.kind' is required."
+    )
+    assert len(_spawned(router_pid)) == 1  # one worker, reused
+
+
+async def test_livez_answers_during_a_60_mb_put(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """The issue's case: a 60 MB PUT once took a router seconds of event loop (parsed, stored
+    and echoed: its code is escape-heavy, which JSON is slow at) and could cost it its lease.
+    Now it is read up to the 50 MiB limit and refused, and ``/livez`` keeps answering
+    meanwhile. The bound is generous (a loaded CI machine); the measured numbers are in
+    docs/performance.md (bench/bench_router_sizes.py)."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    code = json.dumps("def main(args):\n    return {}\n#" + '"\n' * (15 * MIB))
+    big = b'{"exec": {"kind": "python:3", "code": ' + code.encode() + b"}}"
+    slowest = 0.0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal slowest
+        with httpx.Client(timeout=60) as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                assert c.get(r.url + "/livez").status_code == 200
+                slowest = max(slowest, time.perf_counter() - t0)
+
+    def upload() -> httpx.Response:
+        parts = (big[i : i + 256 * 1024] for i in range(0, len(big), 256 * 1024))
+        with httpx.Client(timeout=120, headers=IDENTITY) as c:
+            return c.put(action_url(r, "big"), content=parts)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        answer = await asyncio.to_thread(upload)
+    finally:
+        done.set()
+        poller.join()
+    assert slowest < 1.0, f"/livez took {slowest:.2f} s during the upload"
+    assert answer.status_code == 413, answer.text[:300]
+    message = openwhisk_error(answer, 413)
+    assert message.startswith("Request larger than allowed: ") and message.endswith(
+        f" > {50 * MIB} bytes."
+    )
