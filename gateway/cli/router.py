@@ -146,6 +146,13 @@ def add_body_limits(parser: argparse.ArgumentParser) -> None:
         "largest action create/update body (code at most 48 MiB), as OpenWhisk's "
         "max-content-length; larger is refused with 413 while reading",
     )
+    add_bytes(
+        parser,
+        "--max-result-bytes",
+        1024 * 1024,
+        "largest action result (a container's answer), as OpenWhisk's payload limit; reading "
+        "stops there and the activation is an application error naming the size",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -188,6 +195,7 @@ def _run(args: argparse.Namespace) -> int:
                 activation_buffer=args.activation_buffer,
                 max_payload_bytes=args.max_payload_bytes,
                 max_action_bytes=args.max_action_bytes,
+                max_result_bytes=args.max_result_bytes,
                 internal_token=token,
             )
         )

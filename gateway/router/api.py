@@ -48,6 +48,17 @@ _TRUE = frozenset(("true", "yes", "on", "1"))
 _FALSE = frozenset(("false", "no", "off", "0"))
 _INT = re.compile(r"[+-]?[0-9]{1,11}")
 FAILED = "The router could not run the activation."
+SUMMARY_FIELDS = (
+    "namespace",
+    "name",
+    "version",
+    "publish",
+    "annotations",
+    "activationId",
+    "start",
+    "end",
+    "duration",
+)
 MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
 
 
@@ -332,6 +343,9 @@ async def list_activations(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     limit, skip = _page(request, "activations")
     count = _flag(request, "count", False)
+    docs = _flag(request, "docs", False)
+    if count and docs:
+        raise ApiError(400, "The parameter 'docs' is not permitted with 'count'.")
     bounds: dict[str, int | None] = {}
     for key in ("since", "upto"):
         value = request.query.get(key)
@@ -343,8 +357,18 @@ async def list_activations(request: web.Request) -> web.Response:
     if count:
         counted = await router.store.count_activations(ns, skip=skip, name=name, **bounds)
         return _json({"activations": counted})
-    records = await router.store.list_activations(ns, limit=limit, skip=skip, name=name, **bounds)
-    return _json(records)
+    records = await router.store.list_activations(
+        ns, limit=limit, skip=skip, name=name, docs=docs, **bounds
+    )
+    return _json(records if docs else [_summary(r) for r in records])
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """An activation as OpenWhisk lists it without ``docs=true`` (its activations view's
+    ``summarize``): no result, no logs, the status code at the top."""
+    out = {k: record[k] for k in SUMMARY_FIELDS if k in record}
+    out["statusCode"] = (record.get("response") or {}).get("statusCode")
+    return out
 
 
 # ---- namespaces and what is not built ----------------------------------------------------

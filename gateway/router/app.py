@@ -27,6 +27,7 @@ from gateway.router.activation import (
     error_outcome,
 )
 from gateway.router.bodies import MAX_ACTION_BYTES, MAX_PAYLOAD_BYTES, Parser
+from gateway.router.execution import MAX_RESULT_BYTES
 from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
@@ -56,6 +57,7 @@ class RouterSettings:
     activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
     max_payload_bytes: int = MAX_PAYLOAD_BYTES  # an invoke's body
     max_action_bytes: int = MAX_ACTION_BYTES  # an action PUT's body
+    max_result_bytes: int = MAX_RESULT_BYTES  # an action's result (its /run answer)
     pool: PoolSettings = field(default_factory=PoolSettings)
     # pod template fields tenants may set (gateway.platform.podtemplate); empty: none of them
     allowed_pod_template_fields: frozenset[str] = frozenset()
@@ -112,6 +114,7 @@ class Router:
             buffer_seconds=self.settings.buffer_seconds,
             incarnation=self.incarnation,
             pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
+            max_result_bytes=self.settings.max_result_bytes,
         )
         manager = ManagerClient(self.settings.manager_url, self.manager_http)
         self.invoker = Invoker(settings, AsyncioEventClock(), manager, self.http)

@@ -97,8 +97,11 @@ class Store(Protocol):
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
-        """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms)."""
+        """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms).
+        Without ``docs`` the records come without ``logs`` and ``response.result``, dropped
+        by the database (a listing never carries the large parts to the router)."""
         ...
 
     async def count_activations(

@@ -323,10 +323,12 @@ class PostgresStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
+        column = "doc" if docs else "(doc - 'logs') #- '{response,result}'"  # dropped server-side
         rows = await self._fetch(
-            f"SELECT doc FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
+            f"SELECT {column} FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
             "ORDER BY start DESC, activation_id DESC LIMIT $5 OFFSET $6",
             namespace,
             name,

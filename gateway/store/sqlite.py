@@ -318,11 +318,14 @@ class SQLiteStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         where, args = _activation_filter(namespace, name, since, upto)
+        # without docs SQLite drops the large parts itself (the GIL is released meanwhile)
+        column = "doc" if docs else "json_remove(doc, '$.logs', '$.response.result')"
         sql = (
-            f"SELECT doc FROM activations WHERE {where} "
+            f"SELECT {column} FROM activations WHERE {where} "
             "ORDER BY start DESC, activation_id DESC LIMIT ? OFFSET ?"
         )
         args += [limit or -1, skip]

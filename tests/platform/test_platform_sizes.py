@@ -12,7 +12,16 @@ import time
 from pathlib import Path
 
 import httpx
-from platform_support import IDENTITY, Platform, action_url, invoke, openwhisk_error, put_action
+from platform_support import (
+    IDENTITY,
+    Platform,
+    action_url,
+    annotation,
+    invoke,
+    openwhisk_error,
+    put_action,
+    recorded,
+)
 
 BIG = str(2**63)
 MIB = 1024 * 1024
@@ -187,4 +196,87 @@ async def test_livez_answers_during_a_60_mb_put(
     message = openwhisk_error(answer, 413)
     assert message.startswith("Request larger than allowed: ") and message.endswith(
         f" > {50 * MIB} bytes."
+    )
+
+
+SIZED = """
+def main(args):
+    print("sized", args["n"])
+    return {"x": "a" * args["n"]}
+"""
+PREFIX = "The action produced a response that exceeded the allowed length: "
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+async def test_results_are_capped_while_read(platform: Platform, client: httpx.AsyncClient) -> None:
+    """A result larger than the cap is an application error with OpenWhisk's message (the
+    size, the cap, the first cap bytes), read no further than the cap: a 200 MB result costs
+    the router no more memory than a small one. The container stays in use."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "huge", SIZED)
+    before = _peak_rss_mb(r.popen.pid)
+    huge = await invoke(client, r, "huge", {"n": 200 * MIB})
+    assert huge.status_code == 502, huge.text[:300]
+    error = huge.json()["response"]["result"]["error"]
+    assert error.startswith(f"{PREFIX}{200 * MIB + 9} > {MIB} bytes.")
+    assert len(error) < MIB + 200
+    activation = f"{r.url}/api/v1/namespaces/_/activations/{huge.json()['activationId']}"
+    stored = await recorded(client, activation)
+    assert len(stored.content) < MIB + 10_000
+    # the router held at most the cap (plus its own working set), not the 200 MB result
+    assert _peak_rss_mb(r.popen.pid) < before + 100, (before, _peak_rss_mb(r.popen.pid))
+
+    # the cap is a setting (another action: its containers are the other router's)
+    small = platform.start_router("r2", "--max-result-bytes", "1000")
+    await put_action(client, small, "sized", SIZED)
+
+    got = await invoke(client, small, "sized", {"n": 5000})
+    assert got.status_code == 502, got.text[:300]
+    record = got.json()
+    assert record["response"]["status"] == "application error"
+    whole = json.dumps({"x": "a" * 5000}).encode()
+    assert record["response"]["result"] == {
+        "error": f"{PREFIX}{len(whole)} > 1000 bytes. The truncated response was: "
+        + whole[:1000].decode()
+    }
+    assert record["logs"][0].endswith("stdout: sized 5000")
+    again = await invoke(client, small, "sized", {"n": 10})
+    assert again.status_code == 200 and again.json()["response"]["result"] == {"x": "a" * 10}
+    assert annotation(again.json(), "container") == annotation(record, "container")
+
+
+async def test_activation_lists_leave_results_and_logs_out(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """As OpenWhisk: a listing is each activation's summary (``statusCode``, no ``response``,
+    no ``logs``) unless ``docs=true``; ``docs`` with ``count`` is refused."""
+    platform.start_manager()
+    r = platform.start_router("r1")
+    await put_action(client, r, "sized", SIZED)
+    ids = [(await invoke(client, r, "sized", {"n": 900_000})).json()["activationId"] for _ in "ab"]
+    api = f"{r.url}/api/v1/namespaces/_/activations"
+    listed = await client.get(api)
+    assert listed.status_code == 200 and len(listed.content) < 10_000
+    summaries = listed.json()
+    assert [s["activationId"] for s in summaries] == ids[::-1]
+    for summary in summaries:
+        assert set(summary) == {
+            "namespace", "name", "version", "publish", "annotations", "activationId",
+            "start", "end", "duration", "statusCode",
+        }  # fmt: skip
+        assert summary["statusCode"] == 0 and summary["name"] == "sized"
+    full = (await client.get(api + "?docs=true&limit=1")).json()
+    assert full[0]["response"]["result"] == {"x": "a" * 900_000}
+    assert full[0]["logs"][0].endswith("stdout: sized 900000")
+    both = await client.get(api + "?docs=true&count=true")
+    assert openwhisk_error(both, 400) == "The parameter 'docs' is not permitted with 'count'."
+    assert openwhisk_error(await client.get(api + "?docs=maybe"), 400) == (
+        "The query parameter 'docs' was malformed:\n'maybe' is not a valid Boolean value"
     )
