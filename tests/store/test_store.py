@@ -120,6 +120,20 @@ async def test_list_activations_filters(store: Store) -> None:
     assert [r["activationId"] for r in await store.list_activations("other")] == ["f" * 32]
 
 
+async def test_list_activations_without_docs_drops_logs_and_result(store: Store) -> None:
+    """The database leaves the large parts out (issue 21: a listing of 100 MB results)."""
+    records = [activation(f"{i:032x}", 1000 + i) for i in range(3)]
+    await store.put_activations(records)
+    light = await store.list_activations("guest", docs=False, limit=2, skip=1)
+    expected = []
+    for record in records[1::-1]:
+        rest = {k: v for k, v in record.items() if k != "logs"}
+        rest["response"] = {k: v for k, v in record["response"].items() if k != "result"}
+        expected.append(rest)
+    assert light == expected
+    assert await store.list_activations("guest", docs=True, limit=1) == [records[2]]
+
+
 async def test_bad_activation_record_is_refused(store: Store) -> None:
     with pytest.raises(StoreError, match="activationId"):
         await store.put_activations([{"namespace": "guest", "name": "x"}])
