@@ -36,14 +36,17 @@ BIG_RESULT = "def main(args):\n    return {'x': 'a' * (args['mb'] * 1024 * 1024)
 
 
 def start(args: list[str], log: Path, tree: str | None) -> tuple[subprocess.Popen[bytes], str]:
-    env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}
+    """``python -m gateway`` from ``tree`` (default: this checkout). The working directory
+    comes first on ``sys.path`` with ``-m``, so it is the tree itself, not only PYTHONPATH."""
+    root = tree or str(Path(__file__).resolve().parent.parent)
     with open(log, "ab") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", *args],
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env={**os.environ, "PYTHONPATH": root},
+            cwd=root,
         )
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 30)

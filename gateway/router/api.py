@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.platform.action_body import MALFORMED, parse_json
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import (
     ALREADY_EXISTS,
@@ -33,7 +34,7 @@ from gateway.router.app import (
     Router,
     lifecycle,
 )
-from gateway.router.bodies import MALFORMED, MAX_PLATFORM_BYTES, parse_json, read_limited
+from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited
 from gateway.router.invoker import ProxyTo, Throttled
 from gateway.store import Conflict, StoreError
 from gateway.store.outage import RETRY_AFTER, StoreUnavailable
@@ -69,6 +70,10 @@ def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
         content_type="application/json",
         headers=headers,
     )
+
+
+def _json_doc(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
 
 
 @web.middleware
@@ -181,7 +186,7 @@ async def put_action(request: web.Request) -> web.Response:
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json(stored)
+    return _json_doc(await router.parser.dumps(stored))
 
 
 async def get_action(request: web.Request) -> web.Response:
@@ -192,7 +197,7 @@ async def get_action(request: web.Request) -> web.Response:
         raise ApiError(404, NOT_FOUND)
     if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
         doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
-    return _json(doc)
+    return _json_doc(await router.parser.dumps(doc))
 
 
 async def delete_action(request: web.Request) -> web.Response:

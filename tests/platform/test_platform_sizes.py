@@ -136,7 +136,8 @@ async def test_large_action_bodies_are_parsed_in_another_process(
     code = "def main(args):\n    return {'n': len(CODE)}\nCODE = '''" + '"\n' * MIB + "'''\n"
     big = await client.put(action_url(r, "big"), json={"exec": {**EXEC, "code": code}})
     assert big.status_code == 200, big.text[:300]
-    assert big.json()["exec"]["code"] == code
+    assert big.json()["exec"]["code"] == code  # answered from the worker's JSON too
+    assert (await client.get(action_url(r, "big"))).json()["exec"]["code"] == code
     assert len(_spawned(router_pid)) == 1
     assert (await invoke(client, r, "big")).json()["response"]["result"] == {"n": 2 * MIB}
 
