@@ -207,7 +207,7 @@ class PostgresStore:
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         rows = await self._fetch(
-            f"SELECT doc FROM {self._actions} WHERE namespace = $1 "
+            f"SELECT doc #- '{{exec,code}}' FROM {self._actions} WHERE namespace = $1 "
             "ORDER BY updated DESC, name LIMIT $2 OFFSET $3",
             namespace,
             limit or None,

@@ -211,7 +211,7 @@ class SQLiteStore:
 
         def list_() -> list[dict[str, Any]]:
             rows = self.conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? "
+                "SELECT json_remove(doc, '$.exec.code') FROM actions WHERE namespace = ? "
                 "ORDER BY updated DESC, name LIMIT ? OFFSET ?",
                 (namespace, limit or -1, skip),
             )

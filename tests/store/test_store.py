@@ -78,6 +78,7 @@ async def test_list_actions_newest_first_with_pages(store: Store) -> None:
     await store.put_action("other", "z", action(), overwrite=False)
     listed = await store.list_actions("guest")
     names = [doc["name"] for doc in listed]
+    assert all("code" not in doc["exec"] and doc["exec"]["kind"] for doc in listed)  # issue 21
     assert names[0] == "b"  # updated last
     assert sorted(names) == ["a", "b", "c", "d", "e"]
     # newest first; creations within one millisecond tie and are ordered by name
