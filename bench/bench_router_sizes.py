@@ -68,7 +68,11 @@ def request(
 ) -> tuple[int, bytes]:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=300)
-    headers = {**IDENTITY, "Content-Type": "application/json"}
+    headers = {
+        **IDENTITY,  # as the front door forwards it: identity with the internal token
+        "Authorization": "Bearer " + os.environ["APF_INTERNAL_TOKEN"],
+        "Content-Type": "application/json",
+    }
     if body is not None and not isinstance(body, bytes):
         headers["Transfer-Encoding"] = "chunked"
     try:
