@@ -6,8 +6,11 @@ interpreter that imports it)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import resource
+import signal
 from typing import Any
 
 from gateway.platform.actions import validate_put
@@ -16,6 +19,7 @@ from gateway.platform.errors import ApiError, entity_too_big
 MAX_PARAMETER_BYTES = 1024 * 1024  # OpenWhisk's whisk.parameter-size-limit
 WORKER_MEMORY = 2 * 1024**3  # the worker process's address space (RLIMIT_AS)
 MALFORMED = "The request content was malformed:\n{}"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TOO_LARGE = "The request content is too large or too deeply nested to parse."
 
 
@@ -55,10 +59,16 @@ def action_document(
         return 413, TOO_LARGE
 
 
-def limit_worker() -> None:
-    """The worker's own bound: a body of tiny objects costs it, never the router, memory."""
+def limit_worker(parent: int) -> None:
+    """The worker's own bounds: a body of tiny objects costs it, never the router, memory;
+    and it dies with the router (``PR_SET_PDEATHSIG``), even one killed outright: it holds
+    both ends of its task pipe, so it would never see the router go."""
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the router died before prctl: nobody would signal us
+        os._exit(1)
 
 
 def dump(doc: dict[str, Any]) -> bytes | tuple[int, str]:

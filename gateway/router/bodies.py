@@ -24,6 +24,7 @@ import concurrent.futures
 import json
 import logging
 import multiprocessing
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -89,6 +90,7 @@ class Parser:
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=limit_worker,
+                initargs=(os.getpid(),),
             )
         loop = asyncio.get_running_loop()
         try:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -16,12 +17,15 @@ from platform_support import (
     IDENTITY,
     Platform,
     action_url,
+    alive,
     annotation,
     invoke,
     openwhisk_error,
     put_action,
     recorded,
 )
+
+from tests.support.wait import async_wait_until
 
 BIG = str(2**63)
 MIB = 1024 * 1024
@@ -111,6 +115,20 @@ async def test_bodies_are_refused_while_reading(
     )
 
 
+def _parent(pid: int) -> int | None:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _parent(int(p.name)) == pid
+    ]
+
+
 def _spawned(pid: int) -> list[str]:
     """Command lines of ``pid``'s worker processes (multiprocessing's spawn; its resource
     tracker, a process of its own, does not count)."""
@@ -158,6 +176,12 @@ async def test_large_action_bodies_are_parsed_in_another_process(
         "The request content was malformed: 'exec.kind' is required."
     )
     assert len(_spawned(router_pid)) == 1  # one worker, reused
+    # it never outlives its router, even one killed outright
+    workers = _children(router_pid)  # the worker and multiprocessing's resource tracker
+    r.stop(signal.SIGKILL)
+    await async_wait_until(
+        lambda: not any(alive(pid) for pid in workers), 10, "the router's worker processes to exit"
+    )
 
 
 async def test_livez_answers_during_a_60_mb_put(
