@@ -77,3 +77,12 @@ def dump(doc: dict[str, Any]) -> bytes | tuple[int, str]:
         return json.dumps(doc).encode()
     except MemoryError:
         return 413, TOO_LARGE
+
+
+def load(text: str) -> dict[str, Any] | tuple[int, str]:
+    """A stored action document parsed, or ``(500, why)`` if it is not a JSON object."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, MemoryError, RecursionError) as exc:
+        return 500, f"a stored action is not valid JSON: {exc}"
+    return doc if isinstance(doc, dict) else (500, "a stored action is not a JSON object")

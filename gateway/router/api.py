@@ -192,9 +192,10 @@ async def put_action(request: web.Request) -> web.Response:
 async def get_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     with_code = _flag(request, "code", True)
-    doc = await router.store.get_action(ns, request.match_info["name"])
-    if doc is None:
+    text = await router.store.get_action_json(ns, request.match_info["name"])
+    if text is None:
         raise ApiError(404, NOT_FOUND)
+    doc = await router.parser.loads(text)
     if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
         doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
     return _json_doc(await router.parser.dumps(doc))

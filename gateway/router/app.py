@@ -224,7 +224,8 @@ class Router:
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
-            doc = await self.store.get_action(namespace, name)
+            text = await self.store.get_action_json(namespace, name)
+            doc = None if text is None else await self.parser.loads(text)
         except StoreUnavailable:
             if cached is None:
                 raise ApiError(503, STORE_UNAVAILABLE, retry_after=RETRY_AFTER) from None

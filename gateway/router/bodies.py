@@ -30,8 +30,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.platform.action_body import TOO_LARGE, action_document, dump, limit_worker
+from gateway.platform.action_body import TOO_LARGE, action_document, dump, limit_worker, load
 from gateway.platform.errors import ApiError, entity_too_big
+from gateway.store import StoreError
 
 log = logging.getLogger("gateway.router")
 
@@ -71,6 +72,14 @@ class Parser:
             got = await self._in_worker(action_document, namespace, name, raw, allowed)
         if isinstance(got, tuple):
             raise ApiError(*got)
+        return got
+
+    async def loads(self, text: str) -> dict[str, Any]:
+        """A stored action document (``Store.get_action_json``); a large one is parsed in the
+        worker. ``StoreError`` if it is not a JSON object (a broken store)."""
+        got = load(text) if len(text) <= INLINE_BYTES else await self._in_worker(load, text)
+        if isinstance(got, tuple):
+            raise StoreError(got[1])
         return got
 
     async def dumps(self, doc: dict[str, Any]) -> bytes:

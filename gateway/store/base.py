@@ -48,6 +48,11 @@ class Store(Protocol):
 
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        """The stored document as its JSON text, unparsed: the router parses a large one (tens
+        of MB of code) in its worker process, not on its event loop."""
+        ...
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:

@@ -202,6 +202,14 @@ class PostgresStore:
         )
         return load_doc(rows[0][0]) if rows else None
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        rows = await self._fetch(
+            f"SELECT doc::text FROM {self._actions} WHERE namespace = $1 AND name = $2",
+            namespace,
+            name,
+        )
+        return str(rows[0][0]) if rows else None
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:

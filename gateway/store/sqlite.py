@@ -204,6 +204,15 @@ class SQLiteStore:
 
         return await self._call(get)
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        def get() -> str | None:
+            row = self.conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._call(get)
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -44,6 +45,9 @@ async def test_action_crud(store: Store) -> None:
     assert stored["exec"]["code"] == "def main(a): return a"
     assert await store.get_action("guest", "hello") == stored
     assert await store.get_action("other", "hello") is None
+    text = await store.get_action_json("guest", "hello")  # unparsed, for the router's worker
+    assert isinstance(text, str) and json.loads(text) == stored
+    assert await store.get_action_json("other", "hello") is None
     assert await store.delete_action("guest", "hello") == stored
     assert await store.get_action("guest", "hello") is None
     assert await store.delete_action("guest", "hello") is None
