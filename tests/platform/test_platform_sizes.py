@@ -303,6 +303,10 @@ async def test_results_are_capped_while_read(platform: Platform, client: httpx.A
     assert len(stored.content) < MIB + 10_000
     # the router held at most the cap (plus its own working set), not the 60 MB result
     assert _peak_rss_mb(r.popen.pid) < before + 100, (before, _peak_rss_mb(r.popen.pid))
+    # the runtime saw its answer cut short and serves on, in the same container
+    after = await invoke(client, r, "huge", {"n": 10})
+    assert after.status_code == 200 and after.json()["response"]["result"] == {"x": "a" * 10}
+    assert annotation(after.json(), "container") == annotation(huge.json(), "container")
 
     # the cap is a setting (another action: its containers are the other router's)
     small = platform.start_router("r2", "--max-result-bytes", "1000")
