@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from gateway.cli.flags import add_seconds
+from gateway.cli.flags import add_bytes, add_seconds
 from gateway.cli.logs import add_log_level, configure_logging
 
 DESCRIPTION = """\
@@ -99,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "oldest are dropped and counted (default 10000)",
     )
     add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
+    add_body_limits(parser)
     add_log_level(parser)
     parser.set_defaults(func=_run)
 
@@ -126,6 +127,31 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
         60.0,
         f"how long a blocking invoke waits before answering 202 with the activation id; {note}",
         default_note="60, as OpenWhisk",
+    )
+
+
+def add_body_limits(parser: argparse.ArgumentParser) -> None:
+    """The router's size bounds (OpenWhisk's defaults), shared with ``up``."""
+    add_bytes(
+        parser,
+        "--max-payload-bytes",
+        1024 * 1024,
+        "largest invoke body (the parameters), as OpenWhisk's whisk.activation.payload.max; "
+        "larger is refused with 413 while reading",
+    )
+    add_bytes(
+        parser,
+        "--max-action-bytes",
+        50 * 1024 * 1024,
+        "largest action create/update body (code at most 48 MiB), as OpenWhisk's "
+        "max-content-length; larger is refused with 413 while reading",
+    )
+    add_bytes(
+        parser,
+        "--max-result-bytes",
+        1024 * 1024,
+        "largest action result (a container's answer), as OpenWhisk's payload limit; reading "
+        "stops there and the activation is an application error naming the size",
     )
 
 
@@ -167,6 +193,9 @@ def _run(args: argparse.Namespace) -> int:
                 max_blocking_wait=args.max_blocking_wait,
                 store_timeout=args.store_timeout,
                 activation_buffer=args.activation_buffer,
+                max_payload_bytes=args.max_payload_bytes,
+                max_action_bytes=args.max_action_bytes,
+                max_result_bytes=args.max_result_bytes,
                 internal_token=token,
             )
         )

@@ -26,6 +26,8 @@ from gateway.router.activation import (
     compose,
     error_outcome,
 )
+from gateway.router.bodies import MAX_ACTION_BYTES, MAX_PAYLOAD_BYTES, Parser
+from gateway.router.execution import MAX_RESULT_BYTES
 from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
@@ -53,6 +55,9 @@ class RouterSettings:
     max_blocking_wait: float = 60.0
     store_timeout: float = 5.0  # a store call taking longer counts as an outage
     activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES  # an invoke's body
+    max_action_bytes: int = MAX_ACTION_BYTES  # an action PUT's body
+    max_result_bytes: int = MAX_RESULT_BYTES  # an action's result (its /run answer)
     pool: PoolSettings = field(default_factory=PoolSettings)
     # pod template fields tenants may set (gateway.platform.podtemplate); empty: none of them
     allowed_pod_template_fields: frozenset[str] = frozenset()
@@ -67,6 +72,7 @@ class Router:
         self.url = ""
         self.draining = False
         self.metrics = RouterMetrics(self._held)
+        self.parser = Parser()  # large action bodies, off the event loop
         # this process: marks and the manager's lease tell it from a predecessor under the id
         self.incarnation = uuid.uuid4().hex[:16]
 
@@ -108,6 +114,7 @@ class Router:
             buffer_seconds=self.settings.buffer_seconds,
             incarnation=self.incarnation,
             pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
+            max_result_bytes=self.settings.max_result_bytes,
         )
         manager = ManagerClient(self.settings.manager_url, self.manager_http)
         self.invoker = Invoker(settings, AsyncioEventClock(), manager, self.http)
@@ -163,6 +170,7 @@ class Router:
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
         await self.invoker.close()
+        self.parser.close()
         records = "activation records written"
         try:
             await self.writer.close()
@@ -216,7 +224,8 @@ class Router:
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
-            doc = await self.store.get_action(namespace, name)
+            text = await self.store.get_action_json(namespace, name)
+            doc = None if text is None else await self.parser.loads(text)
         except StoreUnavailable:
             if cached is None:
                 raise ApiError(503, STORE_UNAVAILABLE, retry_after=RETRY_AFTER) from None

@@ -202,12 +202,20 @@ class PostgresStore:
         )
         return load_doc(rows[0][0]) if rows else None
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        rows = await self._fetch(
+            f"SELECT doc::text FROM {self._actions} WHERE namespace = $1 AND name = $2",
+            namespace,
+            name,
+        )
+        return str(rows[0][0]) if rows else None
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         rows = await self._fetch(
-            f"SELECT doc FROM {self._actions} WHERE namespace = $1 "
+            f"SELECT doc #- '{{exec,code}}' FROM {self._actions} WHERE namespace = $1 "
             "ORDER BY updated DESC, name LIMIT $2 OFFSET $3",
             namespace,
             limit or None,
@@ -323,10 +331,12 @@ class PostgresStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
+        column = "doc" if docs else "(doc - 'logs') #- '{response,result}'"  # dropped server-side
         rows = await self._fetch(
-            f"SELECT doc FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
+            f"SELECT {column} FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
             "ORDER BY start DESC, activation_id DESC LIMIT $5 OFFSET $6",
             namespace,
             name,

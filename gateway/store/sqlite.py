@@ -204,6 +204,15 @@ class SQLiteStore:
 
         return await self._call(get)
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        def get() -> str | None:
+            row = self.conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._call(get)
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:
@@ -211,7 +220,7 @@ class SQLiteStore:
 
         def list_() -> list[dict[str, Any]]:
             rows = self.conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? "
+                "SELECT json_remove(doc, '$.exec.code') FROM actions WHERE namespace = ? "
                 "ORDER BY updated DESC, name LIMIT ? OFFSET ?",
                 (namespace, limit or -1, skip),
             )
@@ -318,11 +327,14 @@ class SQLiteStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         where, args = _activation_filter(namespace, name, since, upto)
+        # without docs SQLite drops the large parts itself (the GIL is released meanwhile)
+        column = "doc" if docs else "json_remove(doc, '$.logs', '$.response.result')"
         sql = (
-            f"SELECT doc FROM activations WHERE {where} "
+            f"SELECT {column} FROM activations WHERE {where} "
             "ORDER BY start DESC, activation_id DESC LIMIT ? OFFSET ?"
         )
         args += [limit or -1, skip]

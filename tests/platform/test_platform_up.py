@@ -341,7 +341,7 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
             assert "router" in record["response"]["result"]["error"]
             assert record["end"] >= record["start"]
             # so does the blocking one: both killed activations are listed, none lost
-            listed = (await client.get(up.base + "/activations?name=slow")).json()
+            listed = (await client.get(up.base + "/activations?name=slow&docs=true")).json()
             statuses = [r["response"]["status"] for r in listed]
             assert statuses == ["whisk internal error", "whisk internal error"], listed
             for victim in victims:
