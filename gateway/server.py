@@ -31,10 +31,12 @@ from gateway.asgi.workestimate import GatewayEstimator
 from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.http.websocket import http_send
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
@@ -128,6 +130,17 @@ class Gateway:
             ),
             observe=self.metrics.observe_upstream,
             max_connections=settings.server_concurrency_limit,
+            websockets=WebSocketUpstream(
+                WebSocketLimits(
+                    max_message_bytes=p.websocket.max_message_bytes,
+                    idle_timeout=p.websocket.idle_timeout,
+                    ping_interval=p.websocket.ping_interval,
+                    client_send_timeout=settings.client.send_timeout,
+                    upstream_send_timeout=p.read_timeout or math.inf,
+                    connect_timeout=p.connect_timeout or None,
+                    handshake_timeout=p.read_timeout or None,
+                )
+            ),
         )
         # Admission answers 401/429 in the route's shape; None keeps its rejections free of
         # any route look-up when no route asks for OpenWhisk's.
@@ -137,6 +150,9 @@ class Gateway:
             metrics_groups=settings.metrics_allowed_groups,
         )  # fmt: skip
         self.admission: ASGIApp = self._build_admission(loaded)
+        # The relay's idle and stall timers run on APF's clock when there is one (a test's
+        # fake clock drives both), else on the loop's.
+        self.proxy.websockets.clock = self.clock or AsyncioEventClock(self.loop)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         self.on_startup = on_startup or []
         self.background: list[asyncio.Task[Any]] = []
@@ -252,10 +268,7 @@ class Gateway:
             try:
                 scope = canonicalize(scope)
             except BadPath as exc:
-                if kind == "http":
-                    await send_refused(scope, send, exc, self.error_format)
-                else:
-                    await send({"type": "websocket.close", "code": 1008})
+                await send_refused(scope, http_send(scope, send), exc, self.error_format)
                 return
         await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
@@ -282,6 +295,7 @@ class Gateway:
                 if self.reloader is not None:
                     await self.reloader.stop()
                 await self.transport.aclose()
+                await self.proxy.websockets.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -296,10 +310,16 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
 
     s = gateway.settings
     host, listen_port = s.host_port
+    ws = s.proxy.websocket
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
         http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
+        # uvicorn[standard]'s websockets-sansio implementation, named rather than "auto" (which
+        # would pick wsproto without websockets); it offers websocket.http.response, so
+        # refused handshakes get real HTTP answers. Messages are relayed uncompressed.
+        ws="websockets-sansio", ws_max_size=ws.max_message_bytes, ws_per_message_deflate=False,
+        ws_ping_interval=ws.ping_interval or None, ws_ping_timeout=ws.ping_interval or None,
     )  # fmt: skip

@@ -1,0 +1,291 @@
+"""WebSocket pass-through on real servers: the gateway (uvicorn, both HTTP implementations) in
+front of a real aiohttp WebSocket upstream, spoken to with aiohttp's client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.testing import FakeEventClock
+from tests.frontdoor.conftest import ServerThread, start_gateway
+from tests.frontdoor.ws_upstream import SUCCESS, WebSocketUpstream
+from tests.support.wait import async_wait_until, wait_until
+
+PF_FS = "X-Kubernetes-PF-FlowSchema-UID"
+
+
+@pytest.fixture
+def ws_upstream() -> Iterator[WebSocketUpstream]:
+    up = WebSocketUpstream().start()
+    yield up
+    up.stop()
+
+
+@pytest.fixture(params=["zttp", "httptools"])
+def gateway(
+    request: pytest.FixtureRequest, ws_upstream: WebSocketUpstream
+) -> Iterator[ServerThread]:
+    gw = start_gateway(
+        {"upstreams": [{"url": ws_upstream.url}], "httpImplementation": request.param}
+    )
+    yield gw
+    gw.stop()
+
+
+def ws_url(gw: ServerThread, path: str) -> str:
+    return f"ws://127.0.0.1:{gw.port}{path}"
+
+
+def run(main: Callable[[aiohttp.ClientSession], Awaitable[None]]) -> None:
+    async def outer() -> None:
+        async with aiohttp.ClientSession() as session:
+            await asyncio.wait_for(main(session), 20)
+
+    asyncio.run(outer())
+
+
+def test_echo_with_subprotocol_text_and_binary(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(
+            ws_url(gateway, "/echo?x=1"), protocols=("chat.v3", "chat.v1"),
+            headers={"X-Custom": "kept"},
+        ) as ws:  # fmt: skip
+            assert ws.protocol == "chat.v1"  # the upstream's choice, passed through
+            assert PF_FS in ws._response.headers  # classified like any request
+            await ws.send_str("héllo")
+            msg = await ws.receive()
+            assert (msg.type, msg.data) == (aiohttp.WSMsgType.TEXT, "héllo")
+            await ws.send_bytes(b"\x00\xffbin")
+            msg = await ws.receive()
+            assert (msg.type, msg.data) == (aiohttp.WSMsgType.BINARY, b"\x00\xffbin")
+
+    run(main)
+    headers = ws_upstream.seen("headers")[0]
+    assert headers["x-custom"] == "kept"
+    assert headers["sec-websocket-protocol"] == "chat.v3,chat.v1"
+    assert ws_upstream.seen("protocol") == ["chat.v1"]
+    assert "x-forwarded-for" in headers and headers["x-remote-user"] == "system:anonymous"
+    assert ws_upstream.seen("text") == ["héllo"]
+
+
+def test_close_codes_and_reasons_both_ways(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(ws_url(gateway, "/echo")) as ws:
+            await ws.close(code=4001, message=b"client done")
+        async with session.ws_connect(ws_url(gateway, "/echo")) as ws:
+            await ws.send_str("close:4002:upstream done")
+            msg = await ws.receive()
+            assert msg.type is aiohttp.WSMsgType.CLOSE
+            assert (msg.data, msg.extra) == (4002, "upstream done")
+
+    run(main)
+    wait_until(lambda: len(ws_upstream.seen("closed")) == 2, what="both closes upstream")
+    assert ws_upstream.seen("closed")[0] == (4001, "client done")
+
+
+def test_pings_are_answered_on_each_side(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(ws_url(gateway, "/echo"), autoping=False) as ws:
+            await ws.ping(b"from-client")
+            msg = await ws.receive()
+            assert (msg.type, msg.data) == (aiohttp.WSMsgType.PONG, b"from-client")
+            await ws.send_str("ping")  # the upstream pings the gateway
+            await async_wait_until(
+                lambda: ws_upstream.seen("pong") == [b"from-upstream"], what="the pong upstream"
+            )
+
+    run(main)
+
+
+def test_kubectl_exec_v5_channel_framing(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    """What kubectl (client-go's websocket executor) does: offer v5 then v4, send stdin and a
+    resize on their channels, close stdin with v5's close signal, read stdout/stderr and the
+    Status on the error channel."""
+    path = "/api/v1/namespaces/default/pods/web/exec?command=sh&stdin=true&stdout=true&tty=true"
+    got: dict[int, bytes] = {}
+
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(
+            ws_url(gateway, path), protocols=("v5.channel.k8s.io", "v4.channel.k8s.io")
+        ) as ws:
+            assert ws.protocol == "v5.channel.k8s.io"
+            assert PF_FS not in ws._response.headers  # exec is long-running: no APF
+            await ws.send_bytes(b"\x04" + json.dumps({"Width": 80, "Height": 24}).encode())
+            await ws.send_bytes(b"\x00echo hi\n")
+            await ws.send_bytes(b"\xff\x00")  # v5: stdin closed
+            async for msg in ws:
+                assert msg.type is aiohttp.WSMsgType.BINARY
+                got[msg.data[0]] = got.get(msg.data[0], b"") + msg.data[1:]
+            assert ws.close_code == 1000
+
+    run(main)
+    assert got == {1: b"echo hi\n", 2: b"ECHO HI\n", 3: json.dumps(SUCCESS).encode()}
+    assert ws_upstream.seen("resize") == [{"Width": 80, "Height": 24}]
+    assert ws_upstream.seen("frame")[1:] == [b"\x00echo hi\n", b"\xff\x00"]
+    assert ws_upstream.seen("query") == [path.partition("?")[2]]
+
+
+def test_port_forward_channel_framing(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    path = "/api/v1/namespaces/default/pods/web/portforward?ports=8080"
+
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(
+            ws_url(gateway, path), protocols=("portforward.k8s.io",)
+        ) as ws:
+            assert ws.protocol == "portforward.k8s.io"
+            for channel in (0, 1):  # each channel opens with its port, little-endian
+                msg = await ws.receive()
+                assert msg.data == bytes([channel]) + struct.pack("<H", 8080)
+            await ws.send_bytes(b"\x00GET / HTTP/1.0\r\n\r\n")
+            msg = await ws.receive()
+            assert msg.data == b"\x00" + b"GET / HTTP/1.0\r\n\r\n"[::-1]
+
+    run(main)
+
+
+def test_max_message_size_both_directions(ws_upstream: WebSocketUpstream) -> None:
+    gw = start_gateway(
+        {"upstreams": [{"url": ws_upstream.url}], "proxy": {"websocket": {"maxMessageBytes": 4096}}}
+    )
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            async with session.ws_connect(ws_url(gw, "/echo")) as ws:
+                await ws.send_bytes(b"x" * 4096)  # at the limit: relayed
+                assert (await ws.receive()).data == b"x" * 4096
+                await ws.send_bytes(b"x" * 4097)
+                msg = await ws.receive()
+                assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1009)
+            async with session.ws_connect(ws_url(gw, "/echo")) as ws:
+                await ws.send_str("big:4097")  # from the upstream
+                msg = await ws.receive()
+                assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1009)
+
+        run(main)
+        wait_until(lambda: len(ws_upstream.seen("closed")) == 2, what="both closes upstream")
+        assert [c for c, _ in ws_upstream.seen("closed")] == [1009, 1009]
+        assert ws_upstream.seen("binary") == [4096]  # the oversized message never arrived
+    finally:
+        gw.stop()
+
+
+def _fake_clock_gateway(upstream: WebSocketUpstream, **websocket: Any) -> ServerThread:
+    return start_gateway(
+        {"upstreams": [{"url": upstream.url}], "proxy": {"websocket": websocket}},
+        clock=lambda loop: FakeEventClock(start=1000.0),
+    )
+
+
+def test_idle_timeout_closes_both_sides(ws_upstream: WebSocketUpstream) -> None:
+    gw = _fake_clock_gateway(ws_upstream, idleTimeout="300s")
+    clock: FakeEventClock = gw.app.clock
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            async with session.ws_connect(ws_url(gw, "/echo")) as ws:
+                await ws.send_str("a")
+                assert (await ws.receive()).data == "a"
+                gw.call(lambda: clock.advance(299))  # a message resets the idle time
+                await ws.send_str("b")
+                assert (await ws.receive()).data == "b"
+                gw.call(lambda: clock.advance(299))
+                await ws.send_str("c")
+                assert (await ws.receive()).data == "c"
+                gw.call(lambda: clock.advance(301))
+                msg = await ws.receive()
+                assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1001)
+                assert "idleTimeout" in msg.extra
+
+        run(main)
+        wait_until(lambda: ws_upstream.seen("closed"), what="the upstream's close")
+        assert ws_upstream.seen("closed")[0][0] == 1001
+    finally:
+        gw.stop()
+
+
+def test_client_that_never_reads_is_dropped(ws_upstream: WebSocketUpstream) -> None:
+    """The upstream floods a client that reads nothing: the relay stops reading the upstream
+    (bounded buffers), and after client.sendTimeout of a stalled send the upstream is closed."""
+    gw = _fake_clock_gateway(ws_upstream)
+    clock: FakeEventClock = gw.app.clock
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            async with session.ws_connect(ws_url(gw, "/echo")) as ws:
+                await ws.send_str("flood:400:65536")  # 25 MiB
+                # Back-pressure: the upstream's sends stall far before the 400th.
+                await async_wait_until(
+                    lambda: 0 < len(ws_upstream.flooding) < 400
+                    and not ws_upstream.seen("closed"), what="the upstream to send some",
+                )  # fmt: skip
+                for _ in range(3):  # a stall is seen within twice client.sendTimeout (60 s)
+                    gw.call(lambda: clock.advance(61))
+                await async_wait_until(
+                    lambda: bool(ws_upstream.seen("closed")), what="the upstream's close"
+                )
+
+        run(main)
+        assert ws_upstream.seen("closed")[0][0] == 1001
+        assert len(ws_upstream.flooding) < 400
+    finally:
+        gw.stop()
+
+
+def test_authentication_before_accept(tmp_path: Path, ws_upstream: WebSocketUpstream) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('secret-token-123,alice,1,"dev"\n')
+    gw = start_gateway(
+        {"upstreams": [{"url": ws_upstream.url}],
+         "authentication": {"tokenAuthFile": str(tokens), "anonymous": False}}
+    )  # fmt: skip
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/echo"))
+            assert refused.value.status == 401  # an HTTP answer, not a bare 403
+            auth = {"Authorization": "Bearer secret-token-123"}
+            async with session.ws_connect(ws_url(gw, "/echo"), headers=auth) as ws:
+                await ws.send_str("hi")
+                assert (await ws.receive()).data == "hi"
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/refuse"), headers=auth)
+            assert refused.value.status == 403  # the upstream's refusal
+
+        run(main)
+        headers = ws_upstream.seen("headers")
+        assert len(headers) == 1 and headers[0]["x-remote-user"] == "alice"
+        assert "authorization" in headers[0]  # the client's own, passed on as for HTTP
+    finally:
+        gw.stop()
+
+
+def test_upstream_down_is_502(ws_upstream: WebSocketUpstream) -> None:
+    gw = start_gateway({"upstreams": [{"url": "http://127.0.0.1:1"}]})
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/echo"))
+            assert refused.value.status == 502
+
+        run(main)
+    finally:
+        gw.stop()
