@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 
+from gateway.http.status import send_status
+from gateway.http.websocket import http_send
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.frontdoor.ws_upstream import SUCCESS, WebSocketUpstream
@@ -291,3 +294,38 @@ def test_upstream_down_is_502(ws_upstream: WebSocketUpstream) -> None:
         run(main)
     finally:
         gw.stop()
+
+
+@pytest.mark.parametrize("implementation", ["zttp", "httptools"])
+def test_other_upgrades_are_refused(implementation: str, upstream: ServerThread) -> None:
+    """``Upgrade: h2c`` is not switched to: the request is answered as HTTP/1.1 and the
+    upstream never sees the upgrade."""
+    gw = start_gateway({"upstreams": [{"url": upstream.url}], "httpImplementation": implementation})
+    try:
+        r = httpx.get(
+            gw.url + "/echo",
+            headers={"Upgrade": "h2c", "Connection": "Upgrade, HTTP2-Settings",
+                     "HTTP2-Settings": "AAMAAABkAARAAAAAAAIAAAAA"},
+        )  # fmt: skip
+        assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+        sent = {k.lower() for k, _ in r.json()["headers"]}
+        assert not sent & {"upgrade", "http2-settings"}
+    finally:
+        gw.stop()
+
+
+def test_refusal_without_the_http_response_extension_is_a_close_code() -> None:
+    """A server without ``websocket.http.response``: the refusal becomes a close code."""
+    sent: list[dict[str, Any]] = []
+
+    async def record(message: Any) -> None:
+        sent.append(dict(message))
+
+    async def refuse(status: int) -> None:
+        send = http_send({"type": "websocket", "extensions": {}}, record)
+        await send_status(send, status, "no")
+
+    for status, code in ((401, 1008), (429, 1013), (502, 1014), (504, 1011)):
+        sent.clear()
+        asyncio.run(refuse(status))
+        assert sent == [{"type": "websocket.close", "code": code}]
