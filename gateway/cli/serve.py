@@ -272,6 +272,7 @@ FLAGS: list[tuple[str, str, str, str]] = [
 ]
 INT_FLAGS = {
     "maxRequestsInflight",
+    "maxMessageBytes",
     "maxMutatingRequestsInflight",
     "maximumListSeats",
     "maximumMutatingSeats",

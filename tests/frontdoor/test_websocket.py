@@ -14,8 +14,11 @@ import aiohttp
 import httpx
 import pytest
 
+from gateway.cli.main import build_parser
+from gateway.cli.serve import overrides_from_args
 from gateway.http.status import send_status
 from gateway.http.websocket import http_send
+from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.frontdoor.ws_upstream import SUCCESS, WebSocketUpstream
@@ -329,3 +332,11 @@ def test_refusal_without_the_http_response_extension_is_a_close_code() -> None:
         sent.clear()
         asyncio.run(refuse(status))
         assert sent == [{"type": "websocket.close", "code": code}]
+
+
+def test_serve_flags_set_the_websocket_settings() -> None:
+    args = build_parser().parse_args(
+        ["serve", "--websocket-max-message-bytes", "4096", "--websocket-idle-timeout", "90s"]
+    )
+    ws = load_config([], overrides_from_args(args)).settings.proxy.websocket
+    assert (ws.max_message_bytes, ws.idle_timeout) == (4096, 90.0)
