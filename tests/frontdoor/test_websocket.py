@@ -340,3 +340,67 @@ def test_serve_flags_set_the_websocket_settings() -> None:
     )
     ws = load_config([], overrides_from_args(args)).settings.proxy.websocket
     assert (ws.max_message_bytes, ws.idle_timeout) == (4096, 90.0)
+
+
+APF_CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
+
+
+def test_seats_held_for_the_handshake_only_and_429_before_accept(
+    ws_upstream: WebSocketUpstream,
+) -> None:
+    """tiny-reject has one seat: a handshake the upstream has not answered holds it, so a
+    second handshake gets kube's 429 as an HTTP answer; once accepted, the seat is free."""
+    gw = start_gateway({"upstreams": [{"url": ws_upstream.url}]}, paths=[APF_CONFIG])
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            first = asyncio.ensure_future(session.ws_connect(ws_url(gw, "/reject/slow")))
+            await async_wait_until(
+                lambda: ws_upstream.seen("slow"), what="the first handshake at the upstream"
+            )
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/reject/echo"))
+            assert refused.value.status == 429
+            assert refused.value.headers is not None
+            assert int(refused.value.headers["Retry-After"]) >= 1
+            assert PF_FS in refused.value.headers
+            ws_upstream.answer_slow()
+            async with await first as ws1, session.ws_connect(ws_url(gw, "/reject/echo")) as ws2:
+                await ws1.send_str("one")
+                await ws2.send_str("two")  # both open: the seat went back at accept
+                assert [(await ws1.receive()).data, (await ws2.receive()).data] == ["one", "two"]
+
+        run(main)
+    finally:
+        gw.stop()
+
+
+def test_apf_off_authenticates_and_counts_the_handshake(
+    tmp_path: Path, ws_upstream: WebSocketUpstream
+) -> None:
+    """With APF off the max-in-flight filter describes websockets too: refused without
+    credentials (before, it let them through undescribed), relayed with the identity."""
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('secret-token-123,alice,1,"dev"\n')
+    gw = start_gateway(
+        {"upstreams": [{"url": ws_upstream.url}], "enablePriorityAndFairness": False,
+         "authentication": {"tokenAuthFile": str(tokens), "anonymous": False}}
+    )  # fmt: skip
+    limiter = gw.app.admission
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/echo"))
+            assert refused.value.status == 401
+            auth = {"Authorization": "Bearer secret-token-123"}
+            async with session.ws_connect(ws_url(gw, "/echo"), headers=auth) as ws:
+                await ws.send_str("hi")
+                assert (await ws.receive()).data == "hi"
+                # counted for the handshake only
+                assert gw.call(lambda: limiter.inflight["readOnly"].current) == 0
+
+        run(main)
+        assert ws_upstream.seen("headers")[0]["x-remote-user"] == "alice"
+    finally:
+        gw.stop()

@@ -5,7 +5,8 @@ REASON`` closes, ``big:N`` sends N bytes, ``flood:N:SIZE`` sends N binary messag
 pings the gateway. ``/exec``: kube-apiserver's ``v5.channel.k8s.io`` exec stream (stdin
 echoed to stdout, resize recorded, stdin's close signal ends with a Success status on the
 error channel). ``/portforward``: ``portforward.k8s.io`` (each channel starts with its port,
-little-endian; data is echoed). ``/refuse``: a 403 with a Status body.
+little-endian; data is echoed). ``/refuse``: a 403 with a Status body. ``/reject/slow``: a
+handshake answered only after ``answer_slow()``; ``/reject/echo``: ``/echo``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class WebSocketUpstream:
         self.flooding: list[bool] = []  # one entry per flood message sent
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
+        self._answer: asyncio.Event | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @property
@@ -60,6 +62,8 @@ class WebSocketUpstream:
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/exec", self.exec)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/portforward", self.portforward)
         app.router.add_get("/refuse", self.refuse)
+        app.router.add_get("/reject/echo", self.echo)
+        app.router.add_get("/reject/slow", self.slow)
         runner = web.AppRunner(app, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -68,9 +72,22 @@ class WebSocketUpstream:
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._stop = asyncio.Event()
+        self._answer = asyncio.Event()
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
+
+    def answer_slow(self) -> None:
+        """Let ``/reject/slow`` handshakes be answered."""
+        assert self._answer is not None
+        self.loop.call_soon_threadsafe(self._answer.set)
+
+    async def slow(self, request: web.Request) -> web.WebSocketResponse:
+        """A handshake answered only after ``answer_slow()``, then an echo."""
+        assert self._answer is not None
+        self.events.append(("slow", "waiting"))
+        await self._answer.wait()
+        return await self.echo(request)
 
     async def refuse(self, request: web.Request) -> web.Response:
         body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403}
