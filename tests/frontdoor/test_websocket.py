@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import struct
+import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -404,3 +406,38 @@ def test_apf_off_authenticates_and_counts_the_handshake(
         assert ws_upstream.seen("headers")[0]["x-remote-user"] == "alice"
     finally:
         gw.stop()
+
+
+def test_wss_upstream_certificate_is_verified(tmp_path: Path) -> None:
+    """An https:// route is relayed as wss:// with the system trust store and hostname
+    verification: a self-signed upstream certificate is refused (502), never trusted
+    silently. (Trusting a route's own CA comes with the upstreams[].tls settings.)"""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    up = WebSocketUpstream(ssl_context=context).start()
+    gw = start_gateway({"upstreams": [{"url": up.url}]})
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            # The upstream itself speaks wss:// to a client that trusts its certificate.
+            trusting = ssl.create_default_context(cafile=str(cert))
+            direct = up.url.replace("https", "wss") + "/echo"
+            async with session.ws_connect(direct, ssl=trusting) as ws:
+                await ws.send_str("direct")
+                assert (await ws.receive()).data == "direct"
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(ws_url(gw, "/echo"))
+            assert refused.value.status == 502
+
+        run(main)
+        assert len(up.seen("headers")) == 1  # only the direct one reached the upstream
+    finally:
+        gw.stop()
+        up.stop()

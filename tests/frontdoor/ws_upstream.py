@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import struct
 import threading
 from typing import Any
@@ -24,7 +25,8 @@ SUCCESS = {"metadata": {}, "status": "Success"}
 
 
 class WebSocketUpstream:
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # serve wss:// (https:// routes)
         self.loop = asyncio.new_event_loop()
         self.events: list[tuple[str, Any]] = []  # what the upstream saw, in order
         self.port = 0
@@ -36,7 +38,8 @@ class WebSocketUpstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def seen(self, kind: str) -> list[Any]:
         return [v for k, v in list(self.events) if k == kind]
@@ -66,7 +69,7 @@ class WebSocketUpstream:
         app.router.add_get("/reject/slow", self.slow)
         runner = web.AppRunner(app, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         server = site._server
         assert server is not None
