@@ -23,7 +23,7 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
-from gateway.http.status import send_status
+from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
 from gateway.http.websocket import http_send
 from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
@@ -299,7 +299,10 @@ class ProxyApp:
         except HandshakeRefused as exc:
             if self.observe:
                 self.observe(route.url, "", time.perf_counter() - started)
-            await send_status(refuse, exc.status, f"upstream {route.url}: {exc}")
+            if exc.answer is None:
+                await send_status(refuse, exc.status, f"upstream {route.url}: {exc}")
+            else:  # the upstream's own answer (kube-apiserver's Status: kubectl prints it)
+                await send_bytes(refuse, exc.status, *exc.answer)
             return
         except UpstreamError as exc:
             await self._failed(route, exc, started, scope, refuse)

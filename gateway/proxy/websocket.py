@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from gateway.proxy.transport import Headers, UpstreamError
 _LOCAL_ONLY = {1005: 1000, 1006: 1001, 1015: 1001}
 TOO_BIG = 1009
 CLOSE_TIMEOUT = 10.0  # a closing handshake, as uvicorn's and aiohttp's own
+MAX_REFUSAL_BODY = 64 * 1024  # an upstream's refusal body relayed to the client, at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,13 +54,36 @@ class WebSocketLimits:
 
 
 class HandshakeRefused(UpstreamError):
-    """The upstream answered the handshake with ``status`` instead of 101."""
+    """The upstream answered the handshake with ``status`` instead of 101; ``answer`` is its
+    body and content type when it was small enough to keep (``MAX_REFUSAL_BODY``)."""
 
     kind = "refused"
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, answer: tuple[bytes, bytes] | None) -> None:
         super().__init__(f"upstream answered the WebSocket handshake with {status}")
         self.status = status
+        self.answer = answer
+
+
+# The body of a refused handshake, kept by ``_RefusalReading`` for the task that connects.
+_REFUSAL: contextvars.ContextVar[tuple[bytes, bytes] | None] = contextvars.ContextVar(
+    "websocket_refusal", default=None
+)
+
+
+class _RefusalReading(aiohttp.ClientResponse):
+    """aiohttp's ``ws_connect`` drops the body of a handshake answered with anything but 101;
+    kube-apiserver explains such refusals in a ``Status`` body (kubectl prints its message),
+    so a small one is read here and relayed to the client."""
+
+    async def start(self, connection: Any) -> aiohttp.ClientResponse:
+        response = await super().start(connection)
+        if self.status != 101:
+            body = await self.content.read(MAX_REFUSAL_BODY + 1)
+            if len(body) <= MAX_REFUSAL_BODY and self.content.at_eof():
+                content_type = self.headers.get("Content-Type", "text/plain")
+                _REFUSAL.set((body, content_type.encode("latin-1")))
+        return response
 
 
 def upstream_ssl(url: str) -> ssl.SSLContext | bool:
@@ -98,6 +123,7 @@ class WebSocketUpstream:
                 ),
                 auto_decompress=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
+                response_class=_RefusalReading,
             )
         return self._session
 
@@ -106,6 +132,7 @@ class WebSocketUpstream:
     ) -> aiohttp.ClientWebSocketResponse[bool]:
         """The open upstream websocket. Raises ``UpstreamError`` (``HandshakeRefused``)."""
         lim = self.limits
+        _REFUSAL.set(None)
         with map_aiohttp_errors():
             try:
                 return await self.session().ws_connect(
@@ -125,7 +152,7 @@ class WebSocketUpstream:
             except aiohttp.WSServerHandshakeError as exc:
                 if exc.status == 101:  # a 101 that is not a valid WebSocket answer
                     raise UpstreamError(f"invalid WebSocket handshake: {exc.message}") from exc
-                raise HandshakeRefused(exc.status) from exc
+                raise HandshakeRefused(exc.status, _REFUSAL.get()) from exc
 
     async def aclose(self) -> None:
         if self._session is not None:

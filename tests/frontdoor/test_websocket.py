@@ -441,3 +441,23 @@ def test_wss_upstream_certificate_is_verified(tmp_path: Path) -> None:
     finally:
         gw.stop()
         up.stop()
+
+
+HANDSHAKE = {
+    "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}  # fmt: skip
+
+
+def test_refused_handshakes_carry_their_bodies(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    """The upstream's refusal is relayed with its body (kubectl prints a Status's message);
+    the gateway's own refusals carry theirs."""
+    r = httpx.get(gateway.url + "/refuse", headers=HANDSHAKE)
+    assert r.status_code == 403
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json() == {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403}
+    r = httpx.get(gateway.url + "/echo", headers={**HANDSHAKE, "Impersonate-User": "admin"})
+    assert r.status_code == 403
+    assert r.json()["kind"] == "Status" and "impersonation" in r.json()["message"]
