@@ -40,6 +40,7 @@ from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
+from gateway.serving.websocket import websocket_protocol_class
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
@@ -317,9 +318,11 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
-        # uvicorn[standard]'s websockets-sansio implementation, named rather than "auto" (which
-        # would pick wsproto without websockets); it offers websocket.http.response, so
-        # refused handshakes get real HTTP answers. Messages are relayed uncompressed.
-        ws="websockets-sansio", ws_max_size=ws.max_message_bytes, ws_per_message_deflate=False,
+        # uvicorn[standard]'s websockets-sansio implementation with the client send timeout
+        # (gateway.serving.websocket), named rather than "auto" (which would pick wsproto
+        # without websockets); it offers websocket.http.response, so refused handshakes get
+        # real HTTP answers. Messages are relayed uncompressed.
+        ws=websocket_protocol_class(gateway.client_limits), ws_max_size=ws.max_message_bytes,
+        ws_per_message_deflate=False,
         ws_ping_interval=ws.ping_interval or None, ws_ping_timeout=ws.ping_interval or None,
     )  # fmt: skip

@@ -183,6 +183,7 @@ class Relay:
         self.timer: Timer | None = None
         self.timed_out: tuple[int, str, bool] | None = None  # (code, reason, client stalled)
         self.tasks: list[asyncio.Task[tuple[int, str] | None]] = []
+        self.client_gone = False
 
     async def run(self) -> None:
         up = asyncio.ensure_future(self._client_to_upstream())
@@ -209,6 +210,8 @@ class Relay:
             await self._close_upstream(*closed)  # the client closed: so does the upstream
         elif down.done() and not down.cancelled() and (closed := down.result()) is not None:
             await self._close_client(*closed)
+        elif self.client_gone:
+            await self._close_upstream(1001, "client connection lost")
         await self._close_upstream(1000, "")  # no-op once closed
 
     async def _close_upstream(self, code: int, reason: str) -> None:
@@ -266,7 +269,11 @@ class Relay:
             else:
                 continue
             self.to_client_since = self.clock.now()
-            await send(out)
+            try:
+                await send(out)
+            except OSError:  # uvicorn's ClientDisconnected: the client is gone
+                self.client_gone = True
+                return None
             self.to_client_since = None
             self.last = self.clock.now()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import struct
 import subprocess
@@ -461,3 +462,46 @@ def test_refused_handshakes_carry_their_bodies(
     r = httpx.get(gateway.url + "/echo", headers={**HANDSHAKE, "Impersonate-User": "admin"})
     assert r.status_code == 403
     assert r.json()["kind"] == "Status" and "impersonation" in r.json()["message"]
+
+
+def _masked_text(text: str) -> bytes:
+    """One client frame (RFC 6455 5.2): FIN + text, masked, payload under 126 bytes."""
+    payload = text.encode()
+    key = b"\x01\x02\x03\x04"
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + key + masked
+
+
+def test_connection_of_a_client_that_never_reads_is_aborted(
+    ws_upstream: WebSocketUpstream,
+) -> None:
+    """A client with a small receive window asks for a flood and reads nothing. Writing to it
+    pauses; after client.sendTimeout (0.3 s here: the timeout is the behaviour) the
+    connection is aborted, not left closing forever with its unsent bytes, and the upstream
+    is closed."""
+    gw = start_gateway({"upstreams": [{"url": ws_upstream.url}], "client": {"sendTimeout": 0.3}})
+    assert gw.server is not None
+    server = gw.server
+
+    def open_connections() -> int:
+        return int(gw.call(lambda: len(server.server_state.connections)))
+
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", gw.port))
+        with sock:
+            head = "".join(f"{k}: {v}\r\n" for k, v in HANDSHAKE.items())
+            sock.sendall(f"GET /echo HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(1)  # byte by byte: nothing of the frames is read
+            assert answer.startswith(b"HTTP/1.1 101")
+            sock.sendall(_masked_text("flood:400:65536"))
+            wait_until(lambda: ws_upstream.flooding, what="the upstream to start sending")
+            wait_until(lambda: open_connections() == 0, timeout=10, what="the abort")
+        wait_until(lambda: ws_upstream.seen("closed"), timeout=20, what="the upstream's close")
+        assert ws_upstream.seen("closed")[0][0] == 1001
+        assert gw.call(lambda: gw.app.client_limits.closed["send_timeout"]) == 1
+    finally:
+        gw.stop()
