@@ -505,3 +505,22 @@ def test_connection_of_a_client_that_never_reads_is_aborted(
         assert gw.call(lambda: gw.app.client_limits.closed["send_timeout"]) == 1
     finally:
         gw.stop()
+
+
+def test_shutdown_closes_both_sides_with_1012(ws_upstream: WebSocketUpstream) -> None:
+    gw = start_gateway({"upstreams": [{"url": ws_upstream.url}]})
+    try:
+
+        async def main(session: aiohttp.ClientSession) -> None:
+            async with session.ws_connect(ws_url(gw, "/echo")) as ws:
+                await ws.send_str("hi")
+                assert (await ws.receive()).data == "hi"
+                await asyncio.get_running_loop().run_in_executor(None, gw.stop)
+                msg = await ws.receive()
+                assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1012)  # restarting
+
+        run(main)
+        wait_until(lambda: ws_upstream.seen("closed"), what="the upstream's close")
+        assert ws_upstream.seen("closed")[0][0] == 1012
+    finally:
+        gw.stop()
