@@ -206,8 +206,12 @@ class Relay:
             if not client_stalled:  # a stalled client would stall this close too
                 await self._close_client(code, reason)
             return
-        if up.done() and not up.cancelled() and (closed := up.result()) is not None:
-            await self._close_upstream(*closed)  # the client closed: so does the upstream
+        if up.done() and not up.cancelled():
+            closed = up.result()
+            if closed is not None:  # the client closed: so does the upstream
+                await self._close_upstream(*closed)
+            else:  # the upstream failed taking a message
+                await self._close_client(1014, "upstream connection lost")
         elif down.done() and not down.cancelled() and (closed := down.result()) is not None:
             await self._close_client(*closed)
         elif self.client_gone:

@@ -524,3 +524,16 @@ def test_shutdown_closes_both_sides_with_1012(ws_upstream: WebSocketUpstream) ->
         assert ws_upstream.seen("closed")[0][0] == 1012
     finally:
         gw.stop()
+
+
+def test_upstream_dropped_without_close_is_1014(
+    gateway: ServerThread, ws_upstream: WebSocketUpstream
+) -> None:
+    async def main(session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(ws_url(gateway, "/echo")) as ws:
+            await ws.send_str("drop")
+            msg = await ws.receive()
+            assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1014)  # bad gateway
+            assert msg.extra == "upstream connection lost"
+
+    run(main)

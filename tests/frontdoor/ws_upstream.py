@@ -1,12 +1,14 @@
 """A real WebSocket upstream (aiohttp.web on 127.0.0.1, in its own thread) for the relay tests.
 
-``/echo``: echoes text as text and binary as binary; commands in text messages: ``close:CODE:
-REASON`` closes, ``big:N`` sends N bytes, ``flood:N:SIZE`` sends N binary messages, ``ping``
-pings the gateway. ``/exec``: kube-apiserver's ``v5.channel.k8s.io`` exec stream (stdin
-echoed to stdout, resize recorded, stdin's close signal ends with a Success status on the
-error channel). ``/portforward``: ``portforward.k8s.io`` (each channel starts with its port,
-little-endian; data is echoed). ``/refuse``: a 403 with a Status body. ``/reject/slow``: a
-handshake answered only after ``answer_slow()``; ``/reject/echo``: ``/echo``.
+- ``/echo``: echoes text as text and binary as binary. Commands in text messages:
+  ``close:CODE:REASON`` closes, ``drop`` drops the connection, ``big:N`` sends N bytes,
+  ``flood:N:SIZE`` sends N binary messages, ``ping`` pings the gateway.
+- ``/exec``: kube-apiserver's ``v5.channel.k8s.io`` exec stream (stdin echoed to stdout,
+  resize recorded, stdin's close signal ends with a Success status on the error channel).
+- ``/portforward``: ``portforward.k8s.io`` (each channel starts with its port, little-endian;
+  data is echoed).
+- ``/refuse``: a 403 with a Status body.
+- ``/reject/slow``: a handshake answered only after ``answer_slow()``; ``/reject/echo``: echo.
 """
 
 from __future__ import annotations
@@ -120,12 +122,14 @@ class WebSocketUpstream:
                 await ws.send_bytes(msg.data)
             elif msg.type is WSMsgType.TEXT:
                 self.events.append(("text", msg.data))
-                if await self._command(ws, msg.data):
+                if await self._command(ws, msg.data, request.transport):
                     continue
                 await ws.send_str(msg.data)
         return ws
 
-    async def _command(self, ws: web.WebSocketResponse, text: str) -> bool:
+    async def _command(
+        self, ws: web.WebSocketResponse, text: str, request_transport: Any = None
+    ) -> bool:
         word, _, rest = text.partition(":")
         if word == "close":
             code, _, reason = rest.partition(":")
@@ -137,6 +141,9 @@ class WebSocketUpstream:
             for _ in range(int(count)):
                 await ws.send_bytes(b"f" * int(size))
                 self.flooding.append(True)
+        elif word == "drop":  # the connection, without a close frame
+            assert request_transport is not None
+            request_transport.abort()
         elif word == "ping":
             await ws.ping(b"from-upstream")
         else:
