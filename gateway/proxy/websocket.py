@@ -237,7 +237,11 @@ class Relay:
             message = await self.receive()
             t = message["type"]
             if t == "websocket.disconnect":
-                return sendable(message.get("code", 1005)), message.get("reason") or ""
+                code = message.get("code", 1005)
+                if "reason" not in message and code in (1005, 1006):
+                    # uvicorn reports a lost connection (no close frame) without a reason
+                    return 1001, "client connection lost"
+                return sendable(code), message.get("reason") or ""
             if t != "websocket.receive":
                 continue
             self.to_upstream_since = self.clock.now()
