@@ -31,15 +31,18 @@ from gateway.asgi.workestimate import GatewayEstimator
 from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.http.websocket import http_send
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
 from gateway.proxy.upstream_tls import UpstreamTLS
+from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
 from gateway.serving.tls import ServerTLS
+from gateway.serving.websocket import websocket_protocol_class
 from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
@@ -107,6 +110,7 @@ class Gateway:
             settings.authentication, settings.route_templates
         )
         p = settings.proxy
+        upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(
             p.transport,
             timeouts=Timeouts(
@@ -118,7 +122,7 @@ class Gateway:
                 max_connections=settings.server_concurrency_limit,
                 keepalive_expiry=p.keepalive_expiry,
             ),
-            tls=UpstreamTLS(settings),
+            tls=upstream_tls,
         )
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
@@ -141,6 +145,18 @@ class Gateway:
             ),
             observe=self.metrics.observe_upstream,
             max_connections=settings.server_concurrency_limit,
+            websockets=WebSocketUpstream(
+                WebSocketLimits(
+                    max_message_bytes=p.websocket.max_message_bytes,
+                    idle_timeout=p.websocket.idle_timeout,
+                    ping_interval=p.websocket.ping_interval,
+                    client_send_timeout=settings.client.send_timeout,
+                    upstream_send_timeout=p.read_timeout or math.inf,
+                    connect_timeout=p.connect_timeout or None,
+                    handshake_timeout=p.read_timeout or None,
+                ),
+                tls=upstream_tls,
+            ),
         )
         # Admission answers 401/429 in the route's shape; None keeps its rejections free of
         # any route look-up when no route asks for OpenWhisk's.
@@ -150,6 +166,9 @@ class Gateway:
             metrics_groups=settings.metrics_allowed_groups,
         )  # fmt: skip
         self.admission: ASGIApp = self._build_admission(loaded)
+        # The relay's idle and stall timers run on APF's clock when there is one (a test's
+        # fake clock drives both), else on the loop's.
+        self.proxy.websockets.clock = self.clock or AsyncioEventClock(self.loop)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         self.on_startup = on_startup or []
         self.background: list[asyncio.Task[Any]] = []
@@ -270,10 +289,7 @@ class Gateway:
             try:
                 scope = canonicalize(scope)
             except BadPath as exc:
-                if kind == "http":
-                    await send_refused(scope, send, exc, self.error_format)
-                else:
-                    await send({"type": "websocket.close", "code": 1008})
+                await send_refused(scope, http_send(scope, send), exc, self.error_format)
                 return
         await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
@@ -300,6 +316,7 @@ class Gateway:
                 if self.reloader is not None:
                     await self.reloader.stop()
                 await self.transport.aclose()
+                await self.proxy.websockets.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -320,6 +337,7 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     s = gateway.settings
     host, listen_port = s.host_port
     tls = gateway.tls
+    ws = s.proxy.websocket
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
         http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
@@ -327,4 +345,11 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
         ssl_context_factory=None if tls is None else lambda _config, _default: tls.context,
+        # uvicorn[standard]'s websockets-sansio implementation with the client send timeout
+        # (gateway.serving.websocket), named rather than "auto" (which would pick wsproto
+        # without websockets); it offers websocket.http.response, so refused handshakes get
+        # real HTTP answers. Messages are relayed uncompressed.
+        ws=websocket_protocol_class(gateway.client_limits), ws_max_size=ws.max_message_bytes,
+        ws_per_message_deflate=False,
+        ws_ping_interval=ws.ping_interval or None, ws_ping_timeout=ws.ping_interval or None,
     )  # fmt: skip

@@ -45,6 +45,7 @@ from gateway.flowcontrol.controller import (
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, Undo, assign
 from gateway.settings.load import parse_duration
 
@@ -53,6 +54,10 @@ Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
 FS_HEADER: Final = b"x-kubernetes-pf-flowschema-uid"
 PL_HEADER: Final = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT: Final = 60.0
+# The messages that start a response: they carry the PF headers.
+_HEADERS_MESSAGES: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
 # Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
 MAX_BUFFERED_BODY: Final = 1024 * 1024
 
@@ -222,16 +227,13 @@ class FlowControlMiddleware:
             try:
                 admission = await started.wait()
             except Rejected as rejected:
-                await self._reject(kind, scope, send, rejected)
+                await self._reject(scope, send, rejected)
                 return
             await self._run(admission, scope, receive, send)
         elif isinstance(started, Rejected):
-            await self._reject(kind, scope, send, started)
+            await self._reject(scope, send, started)
         elif isinstance(started, RequestRefused):
-            if kind == "http":
-                await send_refused(scope, send, started, self.error_format)
-            else:
-                await send({"type": "websocket.close", "code": 1008})
+            await send_refused(scope, http_send(scope, send), started, self.error_format)
         else:  # long-running, not a watch: not flow controlled
             await self.app(scope, receive, send)
 
@@ -270,11 +272,12 @@ class FlowControlMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             t = message["type"]
-            if t == "http.response.start":
+            if t in _HEADERS_MESSAGES:
                 message["headers"] = [*message.get("headers", ()), *pf_headers]
-            elif (watch and t == "http.response.body") or (
-                websocket and t in ("websocket.accept", "websocket.close")
-            ):
+                if t == "http.response.start":
+                    await send(message)
+                    return
+            if (watch and t == "http.response.body") or (websocket and t in ANSWERED):
                 await send(message)
                 admission.release()  # initial phase over: the seats go back
                 return
@@ -315,7 +318,7 @@ class FlowControlMiddleware:
         try:
             admission = entering.result()
         except Rejected as rejected:
-            await self._reject("http", scope, send, rejected)
+            await self._reject(scope, send, rejected)
             return
 
         async def replay() -> Message:
@@ -325,10 +328,8 @@ class FlowControlMiddleware:
 
         await self._run(admission, scope, replay, send)
 
-    async def _reject(self, kind: str, scope: Scope, send: Send, rejected: Rejected) -> None:
-        if kind == "websocket":
-            await send({"type": "websocket.close", "code": 1013})  # try again later
-            return
+    async def _reject(self, scope: Scope, send: Send, rejected: Rejected) -> None:
+        send = http_send(scope, send)  # a websocket handshake gets the same 429
         pf_headers = self._pf_headers(rejected.classification)
         if is_openwhisk(self.error_format, scope):
             qs = rejected.classification.level.qs

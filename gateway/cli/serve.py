@@ -228,6 +228,18 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "idle upstream connections are closed after this (default 15s)",
     ),
     (
+        "--websocket-max-message-bytes",
+        "proxy.websocket.maxMessageBytes",
+        "N",
+        "largest WebSocket message either way; larger closes with 1009 (default 1048576)",
+    ),
+    (
+        "--websocket-idle-timeout",
+        "proxy.websocket.idleTimeout",
+        "DURATION",
+        "a WebSocket without messages either way is closed after this (default 4h)",
+    ),
+    (
         "--forward-identity",
         "proxy.forwardIdentity",
         "BOOL",
@@ -303,6 +315,7 @@ FLAGS: list[tuple[str, str, str, str]] = [
 ]
 INT_FLAGS = {
     "maxRequestsInflight",
+    "maxMessageBytes",
     "maxMutatingRequestsInflight",
     "maximumListSeats",
     "maximumMutatingSeats",

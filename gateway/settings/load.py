@@ -202,6 +202,13 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
     for name in ("connect_timeout", "read_timeout", "pool_timeout", "keepalive_expiry"):
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
+    ws = p.websocket
+    if not 125 <= ws.max_message_bytes <= 64 * 1024 * 1024:
+        errors.append("proxy.websocket.maxMessageBytes: must be between 125 and 67108864")
+    if ws.idle_timeout <= 0:
+        errors.append("proxy.websocket.idleTimeout: must be positive")
+    if ws.ping_interval < 0:
+        errors.append("proxy.websocket.pingInterval: must not be negative")
     _validate_client(s, errors)
     _validate_tls(s, errors)
     try:

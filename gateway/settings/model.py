@@ -85,6 +85,21 @@ class AuthenticationSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSocketSettings:
+    """WebSocket pass-through (docs/frontdoor.md, "WebSockets")."""
+
+    # Largest message either side may send; a larger one closes the websocket with 1009
+    # (python-websockets' default, 1 MiB).
+    max_message_bytes: int = 1048576
+    # No message either way for this long closes both sides with 1001 (the kubelet's
+    # --streaming-connection-idle-timeout, which bounds kubectl exec/attach/port-forward: 4h).
+    idle_timeout: float = 14400.0
+    # Each side is pinged this often and closed if it does not answer within as long
+    # (uvicorn's default, 20 s); 0: no pings.
+    ping_interval: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
 class ProxySettings:
     transport: Literal["aiohttp", "httpx", "httpx-aiohttp", "h1"] = "h1"
     connect_timeout: float = 5.0
@@ -96,6 +111,7 @@ class ProxySettings:
     impersonation: Literal["reject", "strip", "forward"] = "reject"
     # CAs for https:// upstreams without their own tls.caFile; empty: the system's CAs.
     upstream_ca_file: str = field(default="", metadata={"yaml": "upstreamCAFile"})
+    websocket: WebSocketSettings = field(default_factory=WebSocketSettings)
 
 
 @dataclass(frozen=True, slots=True)
