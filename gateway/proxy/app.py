@@ -137,7 +137,7 @@ class ProxyApp:
 
     def route(self, path: str) -> UpstreamRoute | None:
         for r in self.routes:
-            if path.startswith(r.prefix):
+            if prefix_matches(r.prefix, path):
                 return r
         return None
 
@@ -285,6 +285,16 @@ class ProxyApp:
         finally:
             watcher.remove_done_callback(on_disconnect)
             watcher.cancel()
+
+
+def prefix_matches(prefix: str, path: str) -> bool:
+    """Whether ``prefix`` matches ``path`` on ``/`` boundaries only (Envoy's
+    ``path_separated_prefix``): ``/public`` serves ``/public`` and ``/public/...``, never
+    ``/publicadmin``, which stripped would reach the upstream as ``/admin`` though it was
+    classified as ``/publicadmin`` (issue 21 item 7)."""
+    if not path.startswith(prefix):
+        return False
+    return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
 
 
 def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:
