@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import h11
@@ -15,7 +16,11 @@ from aiohttp import ClientResponse, ClientSession, ClientTimeout
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
-from gateway.proxy.aiohttp_transport import CheckedConnector, map_aiohttp_errors
+from gateway.proxy.aiohttp_transport import (
+    SKIP_AUTO_HEADERS,
+    CheckedConnector,
+    map_aiohttp_errors,
+)
 from gateway.proxy.transport import (
     SMALL_BODY,
     Headers,
@@ -83,6 +88,12 @@ def _refuse_trailing_bytes(resp: httpx.Response) -> None:
         state.send_failed()
 
 
+def _no_cookies() -> CookieJar:
+    """A jar that keeps nothing: httpx's client stores every upstream ``Set-Cookie`` (one
+    client's session would join the next one's requests, and the jar would only grow)."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HttpxUpstreamTransport:
     def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
         self._timeout = httpx.Timeout(
@@ -104,8 +115,9 @@ class HttpxUpstreamTransport:
                 keepalive_expiry=self._limits.keepalive_expiry,
             )
             client = httpx.AsyncClient(
-                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False
-            )
+                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False,
+                cookies=_no_cookies(),
+            )  # fmt: skip
             self._clients[long_running] = client
         return client
 
@@ -120,7 +132,10 @@ class HttpxUpstreamTransport:
     ) -> HttpxResponse:
         client = self._client(long_running)
         with _mapped():
-            request = client.build_request(method, url, headers=headers, content=body)
+            # Not ``client.build_request``: it adds the client's default headers (Accept,
+            # Accept-Encoding, Connection, User-Agent) and its cookies; only what the
+            # client sent (and the proxy's own headers) goes upstream.
+            request = httpx.Request(method, url, headers=headers, content=body)
             resp = await client.send(request, stream=True)
             try:
                 length = resp.headers.get("content-length")
@@ -175,6 +190,7 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
                 response = await self.client.request(
                     request.method, URL(str(request.url), encoded=True),
                     headers=request.headers, data=data, allow_redirects=False,
+                    skip_auto_headers=SKIP_AUTO_HEADERS,
                     auto_decompress=False, compress=False,
                     timeout=ClientTimeout(
                         sock_connect=timeout.get("connect"), sock_read=timeout.get("read"),
