@@ -187,7 +187,9 @@ class Gateway:
             request_timeout=s.request_timeout,
             status_body=s.too_many_requests_body == "status",
             error_format=self.error_format,
+            max_queued_body_bytes=s.client.max_queued_body_bytes,
         )
+        self.metrics.read_ahead = middleware.read_ahead
         self.flow_control = middleware
         return middleware
 
@@ -218,6 +220,7 @@ class Gateway:
                     borrowing_period=new.borrowing_adjustment_period,
                     request_timeout=new.request_timeout,
                     status_body=new.too_many_requests_body == "status",
+                    max_queued_body_bytes=new.client.max_queued_body_bytes,
                 )
             )
         if self.work_estimator is not None:

@@ -23,9 +23,10 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
+from gateway.http.framing import body_framing
 from gateway.http.status import send_status
 from gateway.http.types import Receive, Scope, Send
-from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
+from gateway.proxy.body import ClientDisconnected, RequestBody, read_small
 from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
 from gateway.proxy.transport import (
     SMALL_BODY,

@@ -20,6 +20,7 @@ COMMAND_LINE = "command line"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_QUEUED_BODY_BYTES = 1 << 30
 
 
 class SettingsError(ValueError):
@@ -278,3 +279,5 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+    if not 0 <= c.max_queued_body_bytes <= MAX_QUEUED_BODY_BYTES:
+        errors.append(f"client.maxQueuedBodyBytes: must be between 0 and {MAX_QUEUED_BODY_BYTES}")

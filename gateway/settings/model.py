@@ -86,6 +86,9 @@ class ClientSettings:
     max_header_bytes: int = 65536
     # Open client connections; beyond it a new connection gets 503 and is closed.
     max_connections: int = 4096
+    # Request body all requests waiting in APF queues may read ahead together (each at most
+    # 1 MiB); over it a waiting request stops reading ahead (the rest stays in its socket).
+    max_queued_body_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
