@@ -21,6 +21,7 @@ _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_QUEUED_BODY_BYTES = 1 << 30
+MAX_LIST_LEARNING_BYTES = 64 << 20
 
 
 class SettingsError(ValueError):
@@ -245,6 +246,10 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"workEstimation.{_camel(name)}: must be at least 1")
     if w.list_learning_interval < 0:
         errors.append("workEstimation.listLearningInterval: must not be negative")
+    if not 0 <= w.list_learning_max_bytes <= MAX_LIST_LEARNING_BYTES:
+        errors.append(
+            f"workEstimation.listLearningMaxBytes: must be between 0 and {MAX_LIST_LEARNING_BYTES}"
+        )
     a = w.adaptive
     if a.seat_time <= 0:
         errors.append("workEstimation.adaptive.seatTime: must be positive")

@@ -122,6 +122,9 @@ class WorkEstimationSettings:
     # How often one collection's size is re-learned from a list response (kube-apiserver
     # refreshes its object counts from storage once a minute).
     list_learning_interval: float = 1.0
+    # Larger list responses are passed on without learning from them (the body is kept
+    # until it ends, then its items are counted in a worker thread).
+    list_learning_max_bytes: int = 8 * 1024 * 1024
     rules: tuple[WorkEstimateRuleSettings, ...] = ()
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
 
