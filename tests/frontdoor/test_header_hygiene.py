@@ -172,3 +172,10 @@ def test_only_the_clients_headers_are_forwarded(
         assert names - FRAMING == ADDED | {"x-client"}, seen.headers
     # A client's answer never becomes another client's request (httpx's client cookie jar).
     assert recorder.received[-1].header("cookie") == []
+    # What the client sends of those headers itself goes on, once and unchanged.
+    sent = ("Accept: text/x", "User-Agent: c/1", "Accept-Encoding: identity")
+    assert get(gw.port, "/x", *sent, method=method)[0] == 200
+    seen = recorder.received[-1]
+    for line in sent:
+        name, _, value = line.partition(": ")
+        assert seen.header(name) == [value], seen.headers
