@@ -79,5 +79,6 @@ def build_flow_control(
         request_timeout=s.request_timeout,
         status_body=s.too_many_requests_body == "status",
         error_format=error_format,
+        max_queued_body_bytes=s.client.max_queued_body_bytes,
     )
     return middleware, work_estimator

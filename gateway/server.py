@@ -200,6 +200,7 @@ class Gateway:
             describer=self.describer, estimator=self.estimator, error_format=self.error_format,
         )  # fmt: skip
         self.estimator = middleware.estimator
+        self.metrics.read_ahead = middleware.read_ahead
         self.flow_control = middleware
         return middleware
 
@@ -230,6 +231,7 @@ class Gateway:
                     borrowing_period=new.borrowing_adjustment_period,
                     request_timeout=new.request_timeout,
                     status_body=new.too_many_requests_body == "status",
+                    max_queued_body_bytes=new.client.max_queued_body_bytes,
                 )
             )
         if self.work_estimator is not None:

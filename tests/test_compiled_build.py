@@ -71,6 +71,10 @@ INTERPRETED_IMPORTS = {
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
     "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.settings.load",
     "gateway.settings.model", "gateway.reconfigure",
+    # queued requests only (read-ahead budget, body framing), after a burst (trim), one list
+    # response per collection and interval (list counting)
+    "gateway.asgi.readahead", "gateway.http.framing", "gateway.asgi.trim",
+    "gateway.asgi.listcount",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Final
 
@@ -32,9 +33,12 @@ from gateway.asgi.errorformat import (
     throttled_message,
 )
 from gateway.asgi.innerapp import adds_response_headers, selector
+from gateway.asgi.readahead import DEFAULT_BUDGET, ReadAhead, ReadAheadBudget
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
+from gateway.asgi.trim import release_free_memory
+from gateway.clock import Timer
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -44,6 +48,7 @@ from gateway.flowcontrol.controller import (
 )
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
+from gateway.http.framing import has_body
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, Undo, assign
@@ -58,8 +63,7 @@ MAX_WAIT: Final = 60.0
 _HEADERS_MESSAGES: Final = frozenset(
     {"http.response.start", "websocket.accept", "websocket.http.response.start"}
 )
-# Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
-MAX_BUFFERED_BODY: Final = 1024 * 1024
+TRIM_DELAY: Final = 1.0
 
 
 def check_request_timeout(seconds: float) -> None:
@@ -86,6 +90,7 @@ class FlowControlMiddleware:
         request_timeout: float = 60.0,
         status_body: bool = False,
         error_format: PathFormat | None = None,
+        max_queued_body_bytes: int = DEFAULT_BUDGET,
     ) -> None:
         check_request_timeout(request_timeout)
         if describer is not None and authenticator is not None:
@@ -115,6 +120,9 @@ class FlowControlMiddleware:
         # Which paths get OpenWhisk-shaped 401/429 (None: Kubernetes everywhere).
         self.error_format = error_format
         self.draining = False
+        # What all queued requests together may read ahead of their bodies.
+        self.read_ahead = ReadAheadBudget(max_queued_body_bytes, on_drained=self._drained)
+        self._trimming: Timer | None = None
         self._wait_limit = self.wait_limit  # bound once: passed with every request
 
     @property
@@ -149,6 +157,7 @@ class FlowControlMiddleware:
         borrowing_period: float,
         request_timeout: float,
         status_body: bool,
+        max_queued_body_bytes: int = DEFAULT_BUDGET,
     ) -> Swap:
         """A reload of APF (``gateway.reconfigure``): validated here, applied by the swap,
         which recomputes the levels' limits once and keeps queued and running requests."""
@@ -156,14 +165,17 @@ class FlowControlMiddleware:
         check_period(borrowing_period)
         check_request_timeout(request_timeout)
         settings = assign(self, request_timeout=request_timeout, status_body=status_body)
+        budget = assign(self.read_ahead, limit=max_queued_body_bytes)
 
         def swap() -> Undo:
             controller, adjuster = self.controller, self.adjuster
             old_config, old_limit = controller.config, controller.server_cl
             old_period = adjuster.period if adjuster is not None else borrowing_period
             undo_settings = settings()
+            undo_budget = budget()
 
             def undo() -> None:
+                undo_budget()
                 undo_settings()
                 controller.reconfigure(old_config, old_limit)
                 if adjuster is not None:
@@ -179,6 +191,16 @@ class FlowControlMiddleware:
             return undo
 
         return swap
+
+    def _drained(self) -> None:
+        """Queued bodies were freed: return the memory to the OS a moment later, once the
+        connections that carried them are closed too (one trim per burst)."""
+        if self._trimming is None:
+            self._trimming = self.controller.clock.call_later(TRIM_DELAY, self._trim)
+
+    def _trim(self) -> None:
+        self._trimming = None
+        release_free_memory()
 
     def wait_limit(self, digest: RequestDigest) -> float:
         """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
@@ -288,45 +310,29 @@ class FlowControlMiddleware:
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
-        buffered: list[Message] = []
-
-        async def listen() -> bool:
-            """True when the client left; False when the body buffered here reached its cap
-            (the rest stays in the socket, where the server's flow control holds it)."""
-            size = 0
-            while size < MAX_BUFFERED_BODY:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return True
-                buffered.append(message)
-                size += len(message.get("body", b""))
-            return False
-
+        ahead = ReadAhead(self.read_ahead)
         entering = asyncio.ensure_future(waiter.wait())
-        listener = asyncio.ensure_future(listen())
+        listener = asyncio.ensure_future(ahead.listen(receive, has_body(scope)))
         try:
-            await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
-            if not entering.done() and not listener.result():
-                await asyncio.wait((entering,))  # cap reached: wait without watching
-        except BaseException:
-            await _abandon(waiter, entering, listener)
-            raise
-        listener.cancel()
-        if not entering.done():  # the client went away while queued
-            await _abandon(waiter, entering, listener)
-            return
-        try:
-            admission = entering.result()
-        except Rejected as rejected:
-            await self._reject(scope, send, rejected)
-            return
-
-        async def replay() -> Message:
-            if buffered:
-                return buffered.pop(0)
-            return await receive()
-
-        await self._run(admission, scope, replay, send)
+            try:
+                await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
+                if not entering.done() and not listener.result():
+                    await asyncio.wait((entering,))  # reading ahead stopped: wait, not watching
+            except BaseException:
+                await _abandon(waiter, entering, listener)
+                raise
+            listener.cancel()
+            if not entering.done():  # the client went away while queued
+                await _abandon(waiter, entering, listener)
+                return
+            try:
+                admission = entering.result()
+            except Rejected as rejected:
+                await self._reject(scope, send, rejected)
+                return
+            await self._run(admission, scope, functools.partial(ahead.replay, receive), send)
+        finally:
+            ahead.release()
 
     async def _reject(self, scope: Scope, send: Send, rejected: Rejected) -> None:
         send = http_send(scope, send)  # a websocket handshake gets the same 429

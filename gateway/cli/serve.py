@@ -192,6 +192,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "open client connections; a new one over it gets 503 and is closed (default 4096)",
     ),
     (
+        "--max-queued-body-bytes",
+        "client.maxQueuedBodyBytes",
+        "N",
+        "request body all queued requests may read ahead together (default 33554432)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -325,6 +331,7 @@ INT_FLAGS = {
     "maxConfigErrors",
     "maxHeaderBytes",
     "maxConnections",
+    "maxQueuedBodyBytes",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

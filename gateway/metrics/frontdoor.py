@@ -40,6 +40,15 @@ class ClosedConnections(Protocol):
     def closed(self) -> Mapping[str, int]: ...  # connections closed, by reason
 
 
+class QueuedBodies(Protocol):
+    """What is read of the queued requests' read-ahead (``asgi.readahead.ReadAheadBudget``)."""
+
+    held: int
+    peak: int
+    stopped: int
+    limit: int
+
+
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
 
@@ -74,6 +83,7 @@ class FrontDoorMetrics(Collector):
         self.maxinflight: InFlightWatermarks | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
         self.client: ClosedConnections | None = None
+        self.read_ahead: QueuedBodies | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
@@ -135,6 +145,8 @@ class FrontDoorMetrics(Collector):
                 "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
                 "reason", self.client.closed,
             )  # fmt: skip
+        if self.read_ahead is not None:
+            yield from _read_ahead(self.read_ahead)
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",
@@ -150,3 +162,26 @@ class FrontDoorMetrics(Collector):
                 "Requests refused with 429 by the max-in-flight filter (APF disabled).",
                 "request_kind", self.maxinflight_rejected,
             )  # fmt: skip
+
+
+def _read_ahead(r: QueuedBodies) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes",
+        "Request body bytes read ahead by requests waiting in APF queues.",
+        value=r.held,
+    )
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes_peak",
+        "Most request body bytes ever read ahead at once by queued requests.",
+        value=r.peak,
+    )
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes_limit",
+        "The budget of request body queued requests may read ahead (client.maxQueuedBodyBytes).",
+        value=r.limit,
+    )
+    yield CounterMetricFamily(
+        "gateway_queued_request_body_read_ahead_stopped",
+        "Queued requests that stopped reading their body ahead (1 MiB each, or the budget).",
+        value=r.stopped,
+    )

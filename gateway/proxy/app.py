@@ -23,10 +23,11 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
+from gateway.http.framing import body_framing
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
 from gateway.http.websocket import http_send
-from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
+from gateway.proxy.body import ClientDisconnected, RequestBody, read_small
 from gateway.proxy.headers import (
     HeaderPolicy,
     ImpersonationRefused,
@@ -155,7 +156,7 @@ class ProxyApp:
 
     def route(self, path: str) -> UpstreamRoute | None:
         for r in self.routes:
-            if path.startswith(r.prefix):
+            if prefix_matches(r.prefix, path):
                 return r
         return None
 
@@ -371,6 +372,16 @@ def _target(route: UpstreamRoute, scope: Scope) -> str:
     if scope["query_string"]:
         url += "?" + scope["query_string"].decode("latin-1")
     return url
+
+
+def prefix_matches(prefix: str, path: str) -> bool:
+    """Whether ``prefix`` matches ``path`` on ``/`` boundaries only (Envoy's
+    ``path_separated_prefix``): ``/public`` serves ``/public`` and ``/public/...``, never
+    ``/publicadmin``, which stripped would reach the upstream as ``/admin`` though it was
+    classified as ``/publicadmin`` (issue 21 item 7)."""
+    if not path.startswith(prefix):
+        return False
+    return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
 
 
 def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import h11
@@ -15,7 +16,11 @@ from aiohttp import ClientResponse, ClientSession, ClientTimeout
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
-from gateway.proxy.aiohttp_transport import CheckedConnector, map_aiohttp_errors
+from gateway.proxy.aiohttp_transport import (
+    SKIP_AUTO_HEADERS,
+    CheckedConnector,
+    map_aiohttp_errors,
+)
 from gateway.proxy.transport import (
     SMALL_BODY,
     Headers,
@@ -84,6 +89,12 @@ def _refuse_trailing_bytes(resp: httpx.Response) -> None:
         state.send_failed()
 
 
+def _no_cookies() -> CookieJar:
+    """A jar that keeps nothing: httpx's client stores every upstream ``Set-Cookie`` (one
+    client's session would join the next one's requests, and the jar would only grow)."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HttpxUpstreamTransport:
     def __init__(
         self, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
@@ -118,6 +129,7 @@ class HttpxUpstreamTransport:
             client = httpx.AsyncClient(
                 transport=self._make_transport(limits), timeout=self._timeout, trust_env=False,
                 mounts=mounts,
+                cookies=_no_cookies(),
             )  # fmt: skip
             self._clients[long_running] = client
         return client
@@ -134,8 +146,11 @@ class HttpxUpstreamTransport:
         client = self._client(long_running)
         with _mapped():
             tls = self._tls.for_url(url) if self._tls is not None else None
-            extensions = {"sni_hostname": tls.server_hostname} if tls else None
-            request = client.build_request(
+            extensions = {"sni_hostname": tls.server_hostname} if tls else {}
+            # Not ``client.build_request``: it adds the client's default headers (Accept,
+            # Accept-Encoding, Connection, User-Agent) and its cookies; only what the
+            # client sent (and the proxy's own headers) goes upstream.
+            request = httpx.Request(
                 method, url, headers=headers, content=body, extensions=extensions
             )
             resp = await client.send(request, stream=True)
@@ -196,6 +211,7 @@ def _exact_target_transport(
                 response = await self.client.request(
                     request.method, URL(str(request.url), encoded=True),
                     headers=request.headers, data=data, allow_redirects=False,
+                    skip_auto_headers=SKIP_AUTO_HEADERS,
                     auto_decompress=False, compress=False,
                     ssl=tls.context if tls else True,
                     server_hostname=tls.server_hostname if tls else None,

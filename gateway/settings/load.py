@@ -26,6 +26,8 @@ COMMAND_LINE = "command line"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_QUEUED_BODY_BYTES = 1 << 30
+MAX_LIST_LEARNING_BYTES = 64 << 20
 
 
 class SettingsError(ValueError):
@@ -272,6 +274,10 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"workEstimation.{_camel(name)}: must be at least 1")
     if w.list_learning_interval < 0:
         errors.append("workEstimation.listLearningInterval: must not be negative")
+    if not 0 <= w.list_learning_max_bytes <= MAX_LIST_LEARNING_BYTES:
+        errors.append(
+            f"workEstimation.listLearningMaxBytes: must be between 0 and {MAX_LIST_LEARNING_BYTES}"
+        )
     a = w.adaptive
     if a.seat_time <= 0:
         errors.append("workEstimation.adaptive.seatTime: must be positive")
@@ -306,6 +312,8 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+    if not 0 <= c.max_queued_body_bytes <= MAX_QUEUED_BODY_BYTES:
+        errors.append(f"client.maxQueuedBodyBytes: must be between 0 and {MAX_QUEUED_BODY_BYTES}")
 
 
 def _validate_upstream_tls(path: str, u: UpstreamSettings, errors: list[str]) -> None:

@@ -133,6 +133,9 @@ class ClientSettings:
     max_header_bytes: int = 65536
     # Open client connections; beyond it a new connection gets 503 and is closed.
     max_connections: int = 4096
+    # Request body all requests waiting in APF queues may read ahead together (each at most
+    # 1 MiB); over it a waiting request stops reading ahead (the rest stays in its socket).
+    max_queued_body_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,9 @@ class WorkEstimationSettings:
     # How often one collection's size is re-learned from a list response (kube-apiserver
     # refreshes its object counts from storage once a minute).
     list_learning_interval: float = 1.0
+    # Larger list responses are passed on without learning from them (the body is kept
+    # until it ends, then its items are counted in a worker thread).
+    list_learning_max_bytes: int = 8 * 1024 * 1024
     rules: tuple[WorkEstimateRuleSettings, ...] = ()
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
 
