@@ -257,6 +257,9 @@ class Gateway:
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
+            prefetch = self.describer.authenticator.prefetch
+            if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
+                await prefetch(scope)
         await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

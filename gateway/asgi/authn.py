@@ -1,9 +1,12 @@
 """Authentication: turn a request's credentials into a ``UserInfo``, as kube-apiserver does.
 
 Sources are tried in kube-apiserver's order: trusted front-proxy headers (only from configured
-source networks), a bearer token from the static token file, an OpenWhisk API key in HTTP Basic,
-then anonymous. Presented but wrong credentials are an error (401), never a fall-through to
-anonymous. Everything here is synchronous: the tables are loaded up front and swapped on reload.
+source networks), a bearer token from the static token file, then the JWT authenticators of
+``--authentication-config``, an OpenWhisk API key in HTTP Basic, then anonymous. (x509 client
+certificates, when configured, come first: the slot is ``authenticate``'s first step.)
+Presented but wrong credentials are an error (401), never a fall-through to anonymous.
+``authenticate`` is synchronous: the tables are loaded up front and swapped on reload; the one
+wait a request may need (an issuer's keys not held yet) is ``prefetch``, awaited before it.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import importlib
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote
 
 from gateway.asgi.credentials import (
@@ -29,6 +34,19 @@ from gateway.networks import Network, in_networks, parse_cidrs
 
 if TYPE_CHECKING:
     from gateway.settings.model import AuthenticationSettings
+
+log = logging.getLogger("gateway.authn")
+JWT_MODULE = "gateway.asgi.jwtauth"  # loaded by name: it needs the jwt extra
+
+
+class TokenAuthenticator(Protocol):
+    """A bearer-token authenticator that may need the network (JWT: the issuer's keys)."""
+
+    def authenticate(self, token: str) -> UserInfo | None:
+        """The token's user; None: not a token of this authenticator; raises on a bad one."""
+        ...
+
+    async def prefetch(self, token: str) -> None: ...
 
 
 class Unauthorized(RequestRefused):
@@ -68,11 +86,29 @@ def _lower(names: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(n.lower().encode("latin-1") for n in names)
 
 
-def authenticator_from_settings(auth: AuthenticationSettings) -> RequestAuthenticator:
+def _jwt_authenticators(path: str, previous: RequestAuthenticator | None) -> TokenAuthenticator:
+    try:
+        module = importlib.import_module(JWT_MODULE)
+    except ImportError as exc:
+        raise ValueError(
+            f"authentication.authenticationConfig ({path}) needs the jwt extra "
+            f"(pip install 'apf-gateway[jwt]'): {exc}"
+        ) from None
+    before = previous.jwt if previous is not None else None
+    authenticators: TokenAuthenticator = module.authenticators_from_file(path, previous=before)
+    return authenticators
+
+
+def authenticator_from_settings(
+    auth: AuthenticationSettings, previous: RequestAuthenticator | None = None
+) -> RequestAuthenticator:
     """Reads the credential files (blocking: a reload calls it in its worker thread); raises
     ``CredentialFileError``/``ValueError`` naming the file or setting."""
     rh = auth.request_header
     return RequestAuthenticator(
+        jwt=_jwt_authenticators(auth.authentication_config, previous)
+        if auth.authentication_config
+        else None,
         tokens=load_token_file(auth.token_auth_file) if auth.token_auth_file else None,
         openwhisk_keys=(
             load_openwhisk_keys(auth.openwhisk_keys_file) if auth.openwhisk_keys_file else None
@@ -94,16 +130,26 @@ class RequestAuthenticator:
         self,
         *,
         tokens: Mapping[str, UserInfo] | None = None,
+        jwt: TokenAuthenticator | None = None,
         openwhisk_keys: Mapping[str, OpenWhiskKey] | None = None,
         front_proxy: FrontProxyConfig | None = None,
         anonymous: bool = True,
     ) -> None:
         self.tokens = dict(tokens or {})
+        self.jwt = jwt
+        # Awaited before ``authenticate`` when set (``server.Gateway``); None costs nothing.
+        self.prefetch = self._prefetch if jwt is not None else None
         self.openwhisk_keys = dict(openwhisk_keys or {})
         self.front_proxy = front_proxy or FrontProxyConfig()
         self.anonymous = anonymous
 
+    async def _prefetch(self, scope: Scope) -> None:
+        token = _bearer(scope)
+        if token and self.jwt is not None and token not in self.tokens:
+            await self.jwt.prefetch(token)
+
     def authenticate(self, scope: Scope) -> UserInfo:
+        # x509 client certificates (kube's first authenticator) go here, before the headers.
         fp = self.front_proxy
         if fp.allowed_cidrs and fp.trusts(scope.get("client")):
             user = self._from_front_proxy(scope["headers"])
@@ -117,16 +163,28 @@ class RequestAuthenticator:
         if authorization:
             scheme, _, credential = authorization.partition(b" ")
             scheme = scheme.lower()
-            if scheme == b"bearer" and self.tokens:
-                user = self.tokens.get(credential.strip().decode("latin-1"))
-                if user is None:
-                    raise Unauthorized("invalid bearer token")
-                return user
+            if scheme == b"bearer" and (self.tokens or self.jwt is not None):
+                return self._from_bearer(credential.strip().decode("latin-1"))
             if scheme == b"basic" and self.openwhisk_keys:
                 return self._from_basic(credential.strip())
         if self.anonymous:
             return ANONYMOUS
         raise Unauthorized("authentication required")
+
+    def _from_bearer(self, token: str) -> UserInfo:
+        """kube's union of token authenticators: the first that accepts wins; none: 401."""
+        user = self.tokens.get(token)
+        if user is not None:
+            return user
+        if self.jwt is not None:
+            try:
+                user = self.jwt.authenticate(token)
+            except Exception as exc:  # TokenInvalid, or a bug: never anonymous, never the token
+                log.debug("bearer token rejected: %s", exc)
+                raise Unauthorized("invalid bearer token") from None
+            if user is not None:
+                return user
+        raise Unauthorized("invalid bearer token")
 
     def _from_basic(self, credential: bytes) -> UserInfo:
         try:
@@ -162,3 +220,12 @@ class RequestAuthenticator:
             with_authenticated(tuple(g for g in groups if g)),
             extra=tuple((k, tuple(v)) for k, v in sorted(extra.items())),
         )
+
+
+def _bearer(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, credential = value.partition(b" ")
+            token: str = credential.strip().decode("latin-1") if scheme.lower() == b"bearer" else ""
+            return token
+    return ""

@@ -51,7 +51,7 @@ class RequestDescriber:
     def prepare(self, authentication: AuthenticationSettings, route_templates: Templates) -> Swap:
         """A reload (``gateway.reconfigure``): reads the credential files here (in the reload
         worker thread); the swap changes identities and routes between two requests."""
-        authenticator = authenticator_from_settings(authentication)
+        authenticator = authenticator_from_settings(authentication, self.authenticator)
         return assign(self, authenticator=authenticator, parser=parser_from(route_templates))
 
     @property

@@ -78,6 +78,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         'static bearer tokens, CSV token,user,uid,"group1,group2"',
     ),
     (
+        "--authentication-config",
+        "authentication.authenticationConfig",
+        "FILE",
+        "kube's AuthenticationConfiguration (jwt authenticators; needs the jwt extra)",
+    ),
+    (
         "--openwhisk-keys-file",
         "authentication.openwhiskKeysFile",
         "FILE",

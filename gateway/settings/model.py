@@ -54,6 +54,8 @@ class RequestHeaderSettings:
 @dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
     token_auth_file: str = ""
+    # kube-apiserver's --authentication-config: an AuthenticationConfiguration (jwt extra).
+    authentication_config: str = ""
     openwhisk_keys_file: str = ""
     anonymous: bool = True
     request_header: RequestHeaderSettings = field(default_factory=RequestHeaderSettings)
