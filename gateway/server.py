@@ -31,6 +31,7 @@ from gateway.asgi.workestimate import GatewayEstimator
 from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.metrics.authn import AuthenticationMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -94,6 +95,9 @@ class Gateway:
         self.describer = RequestDescriber.from_settings(
             settings.authentication, settings.route_templates
         )
+        self.authn_metrics = AuthenticationMetrics(time.time)
+        self.registry.register(self.authn_metrics)
+        self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
         p = settings.proxy
         self.transport = transport or create_transport(
             p.transport,

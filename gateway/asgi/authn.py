@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import importlib
 import logging
@@ -105,7 +106,8 @@ def authenticator_from_settings(
     """Reads the credential files (blocking: a reload calls it in its worker thread); raises
     ``CredentialFileError``/``ValueError`` naming the file or setting."""
     rh = auth.request_header
-    return RequestAuthenticator(
+    digest = file_digest(auth.authentication_config) if auth.authentication_config else ""
+    authenticator = RequestAuthenticator(
         jwt=_jwt_authenticators(auth.authentication_config, previous)
         if auth.authentication_config
         else None,
@@ -121,6 +123,17 @@ def authenticator_from_settings(
         ),
         anonymous=auth.anonymous,
     )
+    authenticator.config_digest = digest
+    return authenticator
+
+
+def file_digest(path: str) -> str:
+    """What a reload compares to tell a changed ``--authentication-config`` (unreadable: "")."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return ""
 
 
 class RequestAuthenticator:
@@ -137,6 +150,7 @@ class RequestAuthenticator:
     ) -> None:
         self.tokens = dict(tokens or {})
         self.jwt = jwt
+        self.config_digest = ""  # of the --authentication-config file this was built from
         # Awaited before ``authenticate`` when set (``server.Gateway``); None costs nothing.
         self.prefetch = self._prefetch if jwt is not None else None
         self.openwhisk_keys = dict(openwhisk_keys or {})

@@ -6,9 +6,10 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gateway.asgi.authn import RequestAuthenticator, authenticator_from_settings
+from gateway.asgi.authn import RequestAuthenticator, authenticator_from_settings, file_digest
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.types import Scope
@@ -40,6 +41,8 @@ class RequestDescriber:
         self.authenticator = authenticator
         self._parser = parser
         self._cache: dict[tuple[object, ...], RequestDigest] = {}
+        # Told of each reload that finds --authentication-config changed (kube's reload metric).
+        self.on_authentication_config_reload: Callable[[bool], None] | None = None
 
     @classmethod
     def from_settings(
@@ -51,7 +54,16 @@ class RequestDescriber:
     def prepare(self, authentication: AuthenticationSettings, route_templates: Templates) -> Swap:
         """A reload (``gateway.reconfigure``): reads the credential files here (in the reload
         worker thread); the swap changes identities and routes between two requests."""
-        authenticator = authenticator_from_settings(authentication, self.authenticator)
+        path = authentication.authentication_config
+        changed = bool(path) and file_digest(path) != self.authenticator.config_digest
+        try:
+            authenticator = authenticator_from_settings(authentication, self.authenticator)
+        except ValueError:
+            if changed and self.on_authentication_config_reload is not None:
+                self.on_authentication_config_reload(False)
+            raise
+        if changed and self.on_authentication_config_reload is not None:
+            self.on_authentication_config_reload(True)
         return assign(self, authenticator=authenticator, parser=parser_from(route_templates))
 
     @property

@@ -1,4 +1,4 @@
-"""--authentication-config: kube's AuthenticationConfiguration, validated with kube's field paths."""
+"""--authentication-config: kube's AuthenticationConfiguration, checked with its field paths."""
 
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ def test_errors_name_every_field_as_kube_does(tmp_path: Path) -> None:
         "discoveryURL must not contain a query",
         'jwt[0].issuer.audienceMatchPolicy: Invalid value: "": '
         "audienceMatchPolicy must be MatchAny for multiple audiences",
-        'jwt[0].claimValidationRules[0]: Invalid value: "": claim and expression can\'t both be set',
+        'jwt[0].claimValidationRules[0]: Invalid value: "": '
+        "claim and expression can't both be set",
         "jwt[0].claimMappings.username.prefix: Required value: prefix is required when claim is "
         "set. It can be set to an empty string to disable prefixing",
     ]

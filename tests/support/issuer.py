@@ -25,6 +25,9 @@ from cryptography.x509.oid import NameOID
 from gateway.http.types import Receive, Scope, Send
 from tests.support.serving import started_port
 
+CA_USAGE = x509.KeyUsage(False, False, False, False, False, True, True, False, False)
+LOOPBACK = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+
 
 @dataclass
 class TestCA:
@@ -44,7 +47,7 @@ def make_ca(directory: Path) -> TestCA:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(CA_USAGE, critical=True)
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
     key = ec.generate_private_key(ec.SECP256R1())
@@ -55,7 +58,7 @@ def make_ca(directory: Path) -> TestCA:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([LOOPBACK]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
     server_cert = directory / "issuer.crt"
