@@ -14,11 +14,12 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from jwt import PyJWK, PyJWKSet
-from jwt.exceptions import PyJWKError, PyJWKSetError
+from jwt import PyJWK
+from jwt.exceptions import PyJWTError
 
 from gateway.asgi.authconfig import Issuer
 
@@ -31,6 +32,14 @@ FetchJSON = Callable[[str], Awaitable[Any]]
 
 class KeyFetchError(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyKey:
+    """A public key of the issuer and the algorithm its JWK names, if it names one."""
+
+    jwk: PyJWK
+    alg: str | None
 
 
 def https_fetcher(certificate_authority: str, timeout: float = FETCH_TIMEOUT) -> FetchJSON:
@@ -76,8 +85,8 @@ class KeySet:
         self.refresh_interval = refresh_interval
         self.retry_interval = retry_interval
         self.min_refetch_interval = min_refetch_interval
-        self.keys: dict[str, PyJWK] = {}
-        self.keyless: tuple[PyJWK, ...] = ()
+        self.keys: dict[str, VerifyKey] = {}
+        self.keyless: tuple[VerifyKey, ...] = ()
         self.generation = 0  # bumped whenever the held keys change
         self.next_refresh = 0.0  # due at once: the first request fetches
         self.last_fetch_start = -float("inf")
@@ -93,7 +102,7 @@ class KeySet:
             issuer.url, issuer.discovery_url, issuer.certificate_authority,
         )  # fmt: skip
 
-    def find(self, kid: str | None) -> tuple[PyJWK, ...]:
+    def find(self, kid: str | None) -> tuple[VerifyKey, ...]:
         if kid is None:
             return (*self.keys.values(), *self.keyless)
         key = self.keys.get(kid)
@@ -128,7 +137,7 @@ class KeySet:
             self.fetches += 1
             self._install(await self._fetch_jwks())
             self.next_refresh = self.now() + self.refresh_interval
-        except (KeyFetchError, PyJWKSetError, PyJWKError, ValueError) as exc:
+        except (KeyFetchError, PyJWTError, ValueError) as exc:
             self.failures += 1
             self.next_refresh = self.now() + self.retry_interval
             held = "keeping the keys held" if self.has_keys else "no keys yet"
@@ -155,17 +164,29 @@ class KeySet:
         return jwks
 
     def _install(self, jwks: Mapping[str, Any]) -> None:
-        keys: dict[str, PyJWK] = {}
-        keyless: list[PyJWK] = []
-        for key in PyJWKSet.from_dict(dict(jwks)).keys:
-            if key.public_key_use not in (None, "sig"):
+        """Keep the usable signing keys (others, e.g. encryption keys, are skipped as go-jose
+        skips them); a JWKS with none is an error, so the keys held stay."""
+        raw_keys = jwks.get("keys")
+        if not isinstance(raw_keys, list):
+            raise KeyFetchError("the JWKS has no keys list")
+        keys: dict[str, VerifyKey] = {}
+        keyless: list[VerifyKey] = []
+        for raw in raw_keys:
+            if not isinstance(raw, dict) or raw.get("use") not in (None, "sig"):
                 continue
-            if key.key_id:
-                keys[key.key_id] = key
+            try:
+                key = VerifyKey(
+                    PyJWK(raw), raw.get("alg") if isinstance(raw.get("alg"), str) else None
+                )
+            except (PyJWTError, ValueError, TypeError):
+                continue
+            kid = raw.get("kid")
+            if isinstance(kid, str) and kid:
+                keys[kid] = key
             else:
                 keyless.append(key)
         if not keys and not keyless:
-            raise KeyFetchError("the JWKS holds no signing key")
+            raise KeyFetchError("the JWKS holds no usable signing key")
         raw = json.dumps(jwks, sort_keys=True)
         if raw != self._raw:
             self.generation += 1
