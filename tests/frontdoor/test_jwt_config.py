@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from gateway.asgi import authn
 from gateway.asgi.authconfig import (
     AuthenticationConfigError,
     load_authentication_config,
     parse_authentication_config,
 )
 from gateway.asgi.jwtauth import _check_cel
+from gateway.settings.model import AuthenticationSettings
 
 GOOD = """
 apiVersion: apiserver.config.k8s.io/v1beta1
@@ -125,3 +127,18 @@ def test_kind_and_version_are_checked() -> None:
         'kind: Invalid value: "Config": must be AuthenticationConfiguration',
         'jwt: Invalid value: "x": must be a list',
     ]
+
+
+def test_without_the_jwt_extra_the_setting_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "authn.yaml"
+    f.write_text(GOOD)
+    monkeypatch.setattr(authn, "JWT_MODULE", "gateway.asgi.not_installed")
+    with pytest.raises(ValueError) as info:
+        authn.authenticator_from_settings(AuthenticationSettings(authentication_config=str(f)))
+    assert str(info.value).startswith(
+        f"authentication.authenticationConfig ({f}) needs the jwt extra "
+        "(pip install 'apf-gateway[jwt]')"
+    )
+    assert "\n" not in str(info.value)
