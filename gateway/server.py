@@ -98,6 +98,9 @@ class Gateway:
         self.authn_metrics = AuthenticationMetrics(time.time)
         self.registry.register(self.authn_metrics)
         self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
+        self.describer.on_webhook_request = self.authn_metrics.observe_webhook
+        if self.describer.authenticator.webhook is not None:
+            self.describer.authenticator.webhook.observe = self.authn_metrics.observe_webhook
         p = settings.proxy
         self.transport = transport or create_transport(
             p.transport,

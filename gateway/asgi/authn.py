@@ -29,6 +29,7 @@ from gateway.asgi.credentials import (
     with_authenticated,
 )
 from gateway.asgi.refusal import RequestRefused
+from gateway.asgi.webhookauth import TokenWebhook, load_webhook_config
 from gateway.flowcontrol.digest import ANONYMOUS, UserInfo
 from gateway.http.types import Scope
 from gateway.networks import Network, in_networks, parse_cidrs
@@ -108,6 +109,7 @@ def authenticator_from_settings(
     rh = auth.request_header
     digest = file_digest(auth.authentication_config) if auth.authentication_config else ""
     authenticator = RequestAuthenticator(
+        webhook=_webhook(auth),
         jwt=_jwt_authenticators(auth.authentication_config, previous)
         if auth.authentication_config
         else None,
@@ -127,6 +129,17 @@ def authenticator_from_settings(
     return authenticator
 
 
+def _webhook(auth: AuthenticationSettings) -> TokenWebhook | None:
+    w = auth.webhook
+    if not w.config_file:
+        return None
+    webhook = TokenWebhook(
+        load_webhook_config(w.config_file), cache_ttl=w.cache_ttl, timeout=w.timeout,
+        max_concurrency=w.max_concurrency,
+    )  # fmt: skip
+    return webhook
+
+
 def file_digest(path: str) -> str:
     """What a reload compares to tell a changed ``--authentication-config`` (unreadable: "")."""
     try:
@@ -144,23 +157,36 @@ class RequestAuthenticator:
         *,
         tokens: Mapping[str, UserInfo] | None = None,
         jwt: TokenAuthenticator | None = None,
+        webhook: TokenWebhook | None = None,
         openwhisk_keys: Mapping[str, OpenWhiskKey] | None = None,
         front_proxy: FrontProxyConfig | None = None,
         anonymous: bool = True,
     ) -> None:
         self.tokens = dict(tokens or {})
         self.jwt = jwt
+        self.webhook = webhook
         self.config_digest = ""  # of the --authentication-config file this was built from
         # Awaited before ``authenticate`` when set (``server.Gateway``); None costs nothing.
-        self.prefetch = self._prefetch if jwt is not None else None
+        self.prefetch = self._prefetch if jwt is not None or webhook is not None else None
         self.openwhisk_keys = dict(openwhisk_keys or {})
         self.front_proxy = front_proxy or FrontProxyConfig()
         self.anonymous = anonymous
 
     async def _prefetch(self, scope: Scope) -> None:
+        """kube's union in order: the token file, the JWT authenticators, then the webhook,
+        asked only when the ones before it do not accept the token."""
         token = _bearer(scope)
-        if token and self.jwt is not None and token not in self.tokens:
+        if not token or token in self.tokens:
+            return
+        if self.jwt is not None:
             await self.jwt.prefetch(token)
+            try:
+                if self.jwt.authenticate(token) is not None:
+                    return
+            except Exception:  # refused here; the webhook may still accept it
+                pass
+        if self.webhook is not None:
+            await self.webhook.prefetch(token)
 
     def authenticate(self, scope: Scope) -> UserInfo:
         # x509 client certificates (kube's first authenticator) go here, before the headers.
@@ -177,7 +203,7 @@ class RequestAuthenticator:
         if authorization:
             scheme, _, credential = authorization.partition(b" ")
             scheme = scheme.lower()
-            if scheme == b"bearer" and (self.tokens or self.jwt is not None):
+            if scheme == b"bearer" and (self.tokens or self.prefetch is not None):
                 return self._from_bearer(credential.strip().decode("latin-1"))
             if scheme == b"basic" and self.openwhisk_keys:
                 return self._from_basic(credential.strip())
@@ -190,12 +216,15 @@ class RequestAuthenticator:
         user = self.tokens.get(token)
         if user is not None:
             return user
-        if self.jwt is not None:
+        sources: tuple[TokenAuthenticator | None, ...] = (self.jwt, self.webhook)
+        for source in sources:
+            if source is None:
+                continue
             try:
-                user = self.jwt.authenticate(token)
-            except Exception as exc:  # TokenInvalid, or a bug: never anonymous, never the token
+                user = source.authenticate(token)
+            except Exception as exc:  # refused, or a bug: never anonymous, never the token
                 log.debug("bearer token rejected: %s", exc)
-                raise Unauthorized("invalid bearer token") from None
+                continue
             if user is not None:
                 return user
         raise Unauthorized("invalid bearer token")

@@ -43,6 +43,8 @@ class RequestDescriber:
         self._cache: dict[tuple[object, ...], RequestDigest] = {}
         # Told of each reload that finds --authentication-config changed (kube's reload metric).
         self.on_authentication_config_reload: Callable[[bool], None] | None = None
+        # Told of every TokenReview call (code, seconds): the webhook's metrics.
+        self.on_webhook_request: Callable[[str, float], None] | None = None
 
     @classmethod
     def from_settings(
@@ -64,6 +66,8 @@ class RequestDescriber:
             raise
         if changed and self.on_authentication_config_reload is not None:
             self.on_authentication_config_reload(True)
+        if authenticator.webhook is not None:
+            authenticator.webhook.observe = self.on_webhook_request
         return assign(self, authenticator=authenticator, parser=parser_from(route_templates))
 
     @property

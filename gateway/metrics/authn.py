@@ -1,5 +1,7 @@
-"""Authentication metrics with kube-apiserver's names (``apiserver/pkg/server/options``
-authentication config controller): automatic reloads of ``--authentication-config``."""
+"""Authentication metrics with kube-apiserver's names: automatic reloads of
+``--authentication-config`` (its authentication config controller) and the TokenReview webhook's
+requests (``apiserver_delegated_authn_request_*``, what kube's generic API server exports for
+the same call, with its buckets)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,19 @@ import hashlib
 import socket
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from gateway.flowcontrol.stats import Histogram
+from gateway.metrics.frontdoor import histogram_buckets
+
 PREFIX = "apiserver_authentication_config_controller_automatic_reload"
+WEBHOOK_BUCKETS = (0.25, 0.5, 0.7, 1.0, 1.5, 3.0, 5.0, 10.0)
 
 
 def apiserver_id_hash(apiserver_id: str = "") -> str:
@@ -26,6 +37,15 @@ class AuthenticationMetrics(Collector):
         self.id_hash = apiserver_id_hash(apiserver_id)
         self.reloads = {"success": 0, "failure": 0}
         self.last: dict[str, float] = {}
+        self.webhook_requests: dict[str, int] = {}  # by HTTP code, "error": no response
+        self.webhook_latency: dict[str, Histogram] = {}
+
+    def observe_webhook(self, code: str, seconds: float) -> None:
+        self.webhook_requests[code] = self.webhook_requests.get(code, 0) + 1
+        h = self.webhook_latency.get(code)
+        if h is None:
+            h = self.webhook_latency[code] = Histogram(WEBHOOK_BUCKETS)
+        h.observe(seconds)
 
     def observe_config_reload(self, ok: bool) -> None:
         status = "success" if ok else "failure"
@@ -51,3 +71,19 @@ class AuthenticationMetrics(Collector):
         for status, when in sorted(self.last.items()):
             last.add_metric([self.id_hash, status], when)
         yield last
+        requests = CounterMetricFamily(
+            "apiserver_delegated_authn_request",
+            "Number of HTTP requests partitioned by status code.",
+            labels=["code"],
+        )
+        for code, n in sorted(self.webhook_requests.items()):
+            requests.add_metric([code], n)
+        yield requests
+        latency = HistogramMetricFamily(
+            "apiserver_delegated_authn_request_duration_seconds",
+            "Request latency in seconds. Broken down by status code.",
+            labels=["code"],
+        )
+        for code, h in sorted(self.webhook_latency.items()):
+            latency.add_metric([code], histogram_buckets(h), h.sum)
+        yield latency

@@ -100,7 +100,8 @@ def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> lis
         else:
             out.append(p)
     auth = settings.authentication
-    for f in (auth.token_auth_file, auth.authentication_config, auth.openwhisk_keys_file):
+    for f in (auth.token_auth_file, auth.authentication_config, auth.webhook.config_file,
+              auth.openwhisk_keys_file):  # fmt: skip
         if f:
             out.append(Path(f))
     return out

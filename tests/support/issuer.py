@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import ipaddress
 import json
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -122,12 +121,12 @@ class IssuerApp:
         return self.requests.count(path)
 
 
-class Issuer:
-    """The issuer served over HTTPS in a thread with its own loop."""
+class HTTPSServer:
+    """An ASGI app served over HTTPS (the test CA's certificate) in a thread with its own loop."""
 
-    def __init__(self, ca: TestCA, keys: list[SigningKey]) -> None:
+    def __init__(self, ca: TestCA, app: Any) -> None:
         self.ca = ca
-        self.app = IssuerApp(keys=keys)
+        self.app = app
         self.loop = asyncio.new_event_loop()
         self.port = 0
         self._ready = threading.Event()
@@ -149,13 +148,12 @@ class Issuer:
         assert self._server is not None
         task = asyncio.ensure_future(self._server.serve())
         self.port = await started_port(self._server, task)
-        self.app.url = self.url
         self._ready.set()
         await task
 
-    def start(self) -> Issuer:
+    def start(self) -> HTTPSServer:
         self.thread.start()
-        assert self._ready.wait(10), "issuer did not start"
+        assert self._ready.wait(10), "HTTPS server did not start"
         return self
 
     def stop(self) -> None:
@@ -167,15 +165,26 @@ class Issuer:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
+
+class Issuer(HTTPSServer):
+    """The issuer: discovery and JWKS over HTTPS."""
+
+    app: IssuerApp
+
+    def __init__(self, ca: TestCA, keys: list[SigningKey]) -> None:
+        super().__init__(ca, IssuerApp(keys=keys))
+
+    def start(self) -> Issuer:
+        super().start()
+        self.app.url = self.url
+        return self
+
     def token(self, key: SigningKey | None = None, **claims: Any) -> str:
         key = key or self.app.keys[0]
         now = int(time.time())
         body = {"iss": self.url, "aud": "apf", "iat": now, "exp": now + 300, **claims}
         body = {k: v for k, v in body.items() if v is not None}
         return jwt.encode(body, key.private, algorithm=key.alg, headers={"kid": key.kid})
-
-    def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.ca.cert_pem)
 
 
 def running_issuer(directory: Path, keys: list[SigningKey]) -> Iterator[Issuer]:
