@@ -99,8 +99,9 @@ class Gateway:
         self.registry.register(self.authn_metrics)
         self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
         self.describer.on_webhook_request = self.authn_metrics.observe_webhook
-        if self.describer.authenticator.webhook is not None:
-            self.describer.authenticator.webhook.observe = self.authn_metrics.observe_webhook
+        self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
+        self.describer.wire(self.describer.authenticator)
+        self.authn_metrics.attempts = self.describer.attempts
         p = settings.proxy
         self.transport = transport or create_transport(
             p.transport,

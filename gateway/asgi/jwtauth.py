@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import re
@@ -264,7 +265,16 @@ class JWTAuthenticators:
     ) -> None:
         self.by_issuer = {a.config.issuer.url: a for a in authenticators}
         self.wall = wall
+        # (issuer hash, "success"/"failure", seconds) of each uncached verification: kube's
+        # apiserver_authentication_jwt_authenticator_latency_seconds
+        self.observe: Callable[[str, str, float], None] | None = None
+        self._issuer_hash = {
+            url: "sha256:" + hashlib.sha256(url.encode()).hexdigest() for url in self.by_issuer
+        }
         self._cache: dict[str, _Cached] = {}
+        # The last token refused and why: a request asks twice when a webhook follows (its
+        # prefetch, then authenticate), and a refusal is verified and counted once.
+        self._last_refused: tuple[str, TokenInvalid] | None = None
 
     def keysets(self) -> list[KeySet]:
         return [a.keys for a in self.by_issuer.values()]
@@ -290,6 +300,7 @@ class JWTAuthenticators:
     async def prefetch(self, token: str) -> None:
         """Before ``authenticate`` (on the loop): the only place a request may wait, and only
         for an issuer's keys it does not hold yet."""
+        self._last_refused = None  # the memo serves this request's authenticate only
         hit = self._cache.get(token)
         if hit is not None:
             hit.keys.refresh_if_due()
@@ -310,11 +321,25 @@ class JWTAuthenticators:
         user = self._cached(token)
         if user is not None:
             return user
+        refused = self._last_refused
+        if refused is not None and refused[0] == token:
+            raise refused[1]
         found = self.authenticator_for(token)
         if found is None:
             return None
         authenticator, parsed = found
-        user, exp = authenticator.verify(parsed, self.wall())
+        start = time.perf_counter()
+        result = "failure"
+        try:
+            user, exp = authenticator.verify(parsed, self.wall())
+            result = "success"
+        except TokenInvalid as exc:
+            self._last_refused = (token, exc)
+            raise
+        finally:
+            if self.observe is not None:
+                issuer = self._issuer_hash[authenticator.config.issuer.url]
+                self.observe(issuer, result, time.perf_counter() - start)
         if len(self._cache) >= CACHE_SIZE:
             self._cache = {}
         keys = authenticator.keys

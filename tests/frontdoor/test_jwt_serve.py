@@ -4,6 +4,7 @@ them; bad tokens get 401; a key rotation and a config change apply without a res
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import subprocess
 import sys
@@ -147,6 +148,14 @@ async def test_a_jwt_reaches_the_upstream_as_its_mapped_user(
             assert r.status_code == 401, why
             assert r.json()["reason"] == "Unauthorized", why
             assert t.split(".")[-1] not in r.text, why
+
+        m = await scrape(client, url)
+        assert m['authentication_attempts{result="failure"}'] == 5
+        issuer_hash = "sha256:" + hashlib.sha256(issuer.url.encode()).hexdigest()
+        latency = "apiserver_authentication_jwt_authenticator_latency_seconds_count"
+        assert m[f'{latency}{{jwt_issuer_hash="{issuer_hash}",result="success"}}'] == 1
+        # expired, wrong audience, bad signature; the others are no JWT of this issuer
+        assert m[f'{latency}{{jwt_issuer_hash="{issuer_hash}",result="failure"}}'] == 3
 
         # the issuer rotates its key: picked up without a restart, once the unknown-kid fetch
         # is allowed again (at most one every min_refetch_interval, 10 s, since the first)
