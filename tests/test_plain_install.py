@@ -34,6 +34,7 @@ EXTRA_USERS = {
     "gateway.store.postgres": "postgres",  # asyncpg at function level
     "gateway.asgi.jwtauth": "jwt",
     "gateway.asgi.jwtkeys": "jwt",
+    "gateway.asgi.jws": "jwt",
 }
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 

@@ -10,12 +10,8 @@ user is cached until its ``exp``, dropped when the issuer's keys change.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import cel
-import jwt
 from jwt.exceptions import PyJWTError
 
 from gateway.asgi.authconfig import (
@@ -32,65 +27,13 @@ from gateway.asgi.authconfig import (
     load_authentication_config,
 )
 from gateway.asgi.credentials import with_authenticated
-from gateway.asgi.jwtkeys import KeySet, VerifyKey
+from gateway.asgi.jws import ALGORITHM, ALGORITHMS, ParsedToken, parse_token, usable
+from gateway.asgi.jwtkeys import KeySet
 from gateway.flowcontrol.digest import UserInfo
 
 log = logging.getLogger("gateway.authn.jwt")
-
-ALGORITHMS = frozenset(
-    ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512")
-)
 NBF_SKEW = 300.0  # go-oidc's allowedClockSkew
 CACHE_SIZE = 10_000
-_CURVES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
-_COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-_ALGORITHM = {name: jwt.get_algorithm_by_name(name) for name in ALGORITHMS}
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedToken:
-    """A compact JWS split and decoded once (PyJWT's own parser checks the base64 alphabet
-    character by character in Python, 5x the cost of an RS256 signature check)."""
-
-    header: dict[str, Any]
-    claims: dict[str, Any]
-    signing_input: bytes
-    signature: bytes
-
-
-def _b64(segment: str) -> bytes:
-    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-
-
-def parse_token(token: str) -> ParsedToken | None:
-    """None: not a compact JWS with JSON object header and claims (not a JWT: another
-    authenticator may take it)."""
-    if _COMPACT.fullmatch(token) is None:
-        return None
-    head, body, signature = token.split(".")
-    try:
-        header = json.loads(_b64(head))
-        claims = json.loads(_b64(body))
-        sig = _b64(signature)
-    except (ValueError, binascii.Error):
-        return None
-    if not isinstance(header, dict) or not isinstance(claims, dict):
-        return None
-    return ParsedToken(header, claims, f"{head}.{body}".encode(), sig)
-
-
-def _usable(key: VerifyKey, alg: str) -> bool:
-    """The token's ``alg`` fits the key: the JWK's own ``alg`` if it names one, else its type
-    (and curve)."""
-    if key.alg is not None:
-        return key.alg == alg
-    if alg.startswith("ES"):
-        return (
-            key.jwk.key_type == "EC"
-            and getattr(key.jwk.key, "curve", None) is not None
-            and (key.jwk.key.curve.name == _CURVES[alg])
-        )
-    return key.jwk.key_type == "RSA"
 
 
 class TokenInvalid(Exception):
@@ -152,10 +95,10 @@ class JWTAuthenticator:
             raise TokenInvalid("critical header parameters are not supported")
         kid = token.header.get("kid")
         candidates = [k for k in self.keys.find(kid if isinstance(kid, str) else None)
-                      if _usable(k, alg)]  # fmt: skip
+                      if usable(k, alg)]  # fmt: skip
         if not candidates:
             raise TokenInvalid("no key of the issuer matches the token's kid and alg")
-        algorithm = _ALGORITHM[alg]
+        algorithm = ALGORITHM[alg]
         for key in candidates:
             try:
                 if algorithm.verify(token.signing_input, key.jwk.key, token.signature):
