@@ -32,6 +32,7 @@ from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.http.websocket import http_send
+from gateway.metrics.authn import AuthenticationMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -109,6 +110,13 @@ class Gateway:
         self.describer = RequestDescriber.from_settings(
             settings.authentication, settings.route_templates
         )
+        self.authn_metrics = AuthenticationMetrics(time.time)
+        self.registry.register(self.authn_metrics)
+        self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
+        self.describer.on_webhook_request = self.authn_metrics.observe_webhook
+        self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
+        self.describer.wire(self.describer.authenticator)
+        self.authn_metrics.attempts = self.describer.attempts
         p = settings.proxy
         upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(
@@ -293,6 +301,9 @@ class Gateway:
             except BadPath as exc:
                 await send_refused(scope, http_send(scope, send), exc, self.error_format)
                 return
+            prefetch = self.describer.authenticator.prefetch
+            if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
+                await prefetch(scope)
         await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

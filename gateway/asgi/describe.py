@@ -6,9 +6,15 @@ two requests without touching requests already described.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gateway.asgi.authn import RequestAuthenticator, authenticator_from_settings
+from gateway.asgi.authn import (
+    RequestAuthenticator,
+    Unauthorized,
+    authenticator_from_settings,
+    file_digest,
+)
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
 from gateway.flowcontrol.digest import RequestDigest
 from gateway.http.types import Scope
@@ -40,6 +46,14 @@ class RequestDescriber:
         self.authenticator = authenticator
         self._parser = parser
         self._cache: dict[tuple[object, ...], RequestDigest] = {}
+        # Told of each reload that finds --authentication-config changed (kube's reload metric).
+        self.on_authentication_config_reload: Callable[[bool], None] | None = None
+        # Told of every TokenReview call (code, seconds): the webhook's metrics.
+        self.on_webhook_request: Callable[[str, float], None] | None = None
+        # Told of every uncached JWT verification (issuer hash, result, seconds).
+        self.on_jwt_verify: Callable[[str, str, float], None] | None = None
+        # kube's authentication_attempts{result}: kept here, across reloads.
+        self.attempts = {"success": 0, "failure": 0}
 
     @classmethod
     def from_settings(
@@ -51,8 +65,25 @@ class RequestDescriber:
     def prepare(self, authentication: AuthenticationSettings, route_templates: Templates) -> Swap:
         """A reload (``gateway.reconfigure``): reads the credential files here (in the reload
         worker thread); the swap changes identities and routes between two requests."""
-        authenticator = authenticator_from_settings(authentication)
+        path = authentication.authentication_config
+        changed = bool(path) and file_digest(path) != self.authenticator.config_digest
+        try:
+            authenticator = authenticator_from_settings(authentication, self.authenticator)
+        except ValueError:
+            if changed and self.on_authentication_config_reload is not None:
+                self.on_authentication_config_reload(False)
+            raise
+        if changed and self.on_authentication_config_reload is not None:
+            self.on_authentication_config_reload(True)
+        self.wire(authenticator)
         return assign(self, authenticator=authenticator, parser=parser_from(route_templates))
+
+    def wire(self, authenticator: RequestAuthenticator) -> None:
+        """Connect an authenticator's network-facing parts to the metrics."""
+        if authenticator.webhook is not None:
+            authenticator.webhook.observe = self.on_webhook_request
+        if authenticator.jwt is not None:
+            authenticator.jwt.observe = self.on_jwt_verify
 
     @property
     def parser(self) -> RequestInfoParser:
@@ -65,7 +96,12 @@ class RequestDescriber:
 
     def describe(self, scope: Scope) -> RequestDigest:
         """Raises ``RequestRefused`` (``Unauthorized``, ``RequestInfoError``)."""
-        user = self.authenticator.authenticate(scope)
+        try:
+            user = self.authenticator.authenticate(scope)
+        except Unauthorized:
+            self.attempts["failure"] += 1
+            raise
+        self.attempts["success"] += 1
         method = scope.get("method", "GET")  # websocket handshakes are GETs
         key = (user, method, scope["path"], scope["query_string"])
         found = self._cache.get(key)

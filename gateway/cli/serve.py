@@ -114,6 +114,24 @@ FLAGS: list[tuple[str, str, str, str]] = [
         'static bearer tokens, CSV token,user,uid,"group1,group2"',
     ),
     (
+        "--authentication-config",
+        "authentication.authenticationConfig",
+        "FILE",
+        "kube's AuthenticationConfiguration (jwt authenticators; needs the jwt extra)",
+    ),
+    (
+        "--authentication-token-webhook-config-file",
+        "authentication.webhook.configFile",
+        "FILE",
+        "kubeconfig of a TokenReview webhook that authenticates bearer tokens",
+    ),
+    (
+        "--authentication-token-webhook-cache-ttl",
+        "authentication.webhook.cacheTTL",
+        "DURATION",
+        "how long the webhook's answers (yes and no) are cached (default 2m)",
+    ),
+    (
         "--openwhisk-keys-file",
         "authentication.openwhiskKeysFile",
         "FILE",

@@ -74,14 +74,27 @@ class RequestHeaderSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookTokenSettings:
+    """kube-apiserver's ``--authentication-token-webhook-*``; timeout and concurrency are ours."""
+
+    config_file: str = ""  # a kubeconfig naming the TokenReview webhook
+    cache_ttl: float = field(default=120.0, metadata={"yaml": "cacheTTL"})
+    timeout: float = 10.0
+    max_concurrency: int = 32
+
+
+@dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
     # kube's --client-ca-file: a client certificate verified against it authenticates as
     # user = CN, groups = O.
     client_ca_file: str = field(default="", metadata={"yaml": "clientCAFile"})
     token_auth_file: str = ""
+    # kube-apiserver's --authentication-config: an AuthenticationConfiguration (jwt extra).
+    authentication_config: str = ""
     openwhisk_keys_file: str = ""
     anonymous: bool = True
     request_header: RequestHeaderSettings = field(default_factory=RequestHeaderSettings)
+    webhook: WebhookTokenSettings = field(default_factory=WebhookTokenSettings)
 
 
 @dataclass(frozen=True, slots=True)
