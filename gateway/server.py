@@ -36,6 +36,7 @@ from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
 from gateway.reconfigure import Swap, apply_all, assign
+from gateway.serving.h2_select import http2_mixin
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
 from gateway.settings.reload import Reloader
@@ -296,9 +297,13 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
 
     s = gateway.settings
     host, listen_port = s.host_port
+    # h2c only when asked: without it the plain listener runs the HTTP/1.1 classes unchanged.
+    # A TLS listener takes http2_mixin(...) always (ALPN "h2"; gateway/serving/h2_select.py).
+    http2 = http2_mixin(True) if s.client.http2.prior_knowledge else None
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
+        http=protocol_class(s.http_implementation, gateway.client_limits, http2=http2),
+        lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),

@@ -156,6 +156,19 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "open client connections; a new one over it gets 503 and is closed (default 4096)",
     ),
     (
+        "--http2-prior-knowledge",
+        "client.http2.priorKnowledge",
+        "BOOL",
+        "serve h2c (HTTP/2 without TLS) to clients that start with the HTTP/2 preface "
+        "(default false); needs a restart",
+    ),
+    (
+        "--http2-max-streams-per-connection",
+        "client.http2.maxStreamsPerConnection",
+        "N",
+        "concurrent HTTP/2 streams per client connection (default 100, as kube-apiserver)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -270,6 +283,11 @@ INT_FLAGS = {
     "maxConfigErrors",
     "maxHeaderBytes",
     "maxConnections",
+    "maxStreamsPerConnection",
+    "headerTableSize",
+    "initialWindowSize",
+    "maxResetStreams",
+    "maxControlFrames",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",
