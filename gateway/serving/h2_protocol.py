@@ -20,7 +20,8 @@ connection of its own. The client guards apply per stream or per connection:
 - a stream reset by the client disconnects its ASGI call: a queued request leaves its queue
   and an executing one ends, releasing its seats as an HTTP/1 disconnect does.
 
-Upstream stays HTTP/1.1: the app sees ``:authority`` as ``Host``, first, as ASGI says.
+Upstream stays HTTP/1.1: the app sees ``:authority`` as ``Host``, first, as ASGI says, and a
+body without Content-Length as ``Transfer-Encoding: chunked``.
 """
 
 from __future__ import annotations
@@ -71,12 +72,13 @@ class Http2Protocol(asyncio.Protocol):
         s = self.settings = limits.settings
         h = s.http2
         self.conn = conn = H2Connection(H2Configuration(client_side=False, header_encoding=None))
-        conn.local_settings = Settings(client=False, initial_values={
+        self.local = {
             SettingCodes.MAX_CONCURRENT_STREAMS: h.max_streams_per_connection,
             SettingCodes.MAX_HEADER_LIST_SIZE: s.max_header_bytes,
             SettingCodes.HEADER_TABLE_SIZE: h.header_table_size,
             SettingCodes.INITIAL_WINDOW_SIZE: h.initial_window_size,
-        })  # fmt: skip
+        }
+        conn.local_settings = Settings(client=False, initial_values=self.local)
         # In force from the first frame, not only once the client acknowledges our SETTINGS.
         conn.decoder.max_header_list_size = s.max_header_bytes
         conn.decoder.max_allowed_table_size = h.header_table_size
@@ -112,9 +114,8 @@ class Http2Protocol(asyncio.Protocol):
         # The stream limit is advertised above; enforced here (REFUSED_STREAM, a stream error)
         # rather than by h2, whose check is a connection error before the client could even
         # have read the limit.
-        self.conn.local_settings = Settings(
-            client=False, initial_values={SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1}
-        )
+        enforced = {**self.local, SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1}
+        self.conn.local_settings = Settings(client=False, initial_values=enforced)
         # The connection window starts at 64 KiB whatever the settings say; open it to one
         # stream window per allowed stream, so one unread stream does not stall the others.
         h = self.settings.http2
@@ -239,18 +240,19 @@ class Http2Protocol(asyncio.Protocol):
             with contextlib.suppress(StreamClosedError, ProtocolError):
                 self.conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
-        stream = Stream(self, sid, self._scope(event.headers or ()))
-        if event.stream_ended is not None:
-            stream.more_body = False
+        ended = event.stream_ended is not None
+        stream = Stream(self, sid, self._scope(event.headers or (), ended))
+        stream.more_body = not ended
         self.streams[sid] = stream
         self.served = True
         task = self.loop.create_task(stream.run())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _scope(self, headers: Any) -> dict[str, Any]:
+    def _scope(self, headers: Any, ended: bool) -> dict[str, Any]:
         method = path = authority = b""
         out: list[tuple[bytes, bytes]] = []
+        length = False
         for name, value in headers:
             if name[:1] == b":":
                 if name == b":method":
@@ -260,7 +262,12 @@ class Http2Protocol(asyncio.Protocol):
                 elif name == b":authority":
                     authority = value
             else:
+                length = length or name == b"content-length"
                 out.append((name, value))
+        if not ended and not length:
+            # A body of unknown length: HTTP/2 frames it, HTTP/1.1 (the app, the upstream)
+            # needs chunked.
+            out.append((b"transfer-encoding", b"chunked"))
         if authority:
             out = [(b"host", authority), *[(n, v) for n, v in out if n != b"host"]]
         raw_path, _, query = path.partition(b"?")

@@ -21,6 +21,7 @@ from h2.events import (
     ResponseReceived,
     StreamEnded,
     StreamReset,
+    WindowUpdated,
 )
 from h2.settings import SettingCodes
 
@@ -322,6 +323,9 @@ def test_request_body_is_held_by_the_stream_window(
         left -= chunk
     status, body = response(c, sid)
     assert status == 200 and json.loads(body)["bytes"] == size
+    # The window reopened as the gateway read the body, a window at a time.
+    updates = [e for e in c.events if isinstance(e, WindowUpdated) and e.stream_id == sid]
+    assert len(updates) >= size // 16384 - 1
     c.close()
 
 
