@@ -4,9 +4,11 @@ denial-of-service attacks, sent as raw frames by the ``h2`` library."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +29,13 @@ from h2.settings import SettingCodes
 
 from gateway.cli.main import build_parser
 from gateway.cli.serve import overrides_from_args
+from gateway.server import Gateway, uvicorn_config
 from gateway.serving.h2_limits import PREFACE, ResetBudget, preface_state, speaks_http2
+from gateway.serving.h2_select import http2_mixin
+from gateway.serving.protocol import protocol_class
 from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, holding
+from tests.frontdoor.conftest import ServerThread, _Server, holding
 from tests.frontdoor.h2_client import BOUND, H2Client
 from tests.frontdoor.test_client_timeouts import TIMEOUT, closed, start
 from tests.support.wait import wait_until
@@ -354,3 +359,55 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
         + stream.to_bytes(4, "big")
         + (payload)
     )
+
+
+class TlsGateway(ServerThread):
+    """The gateway on a TLS listener offering h2 by ALPN (a throwaway certificate): what the
+    TLS listener of ``serve`` does with ``http2_mixin``."""
+
+    def __init__(self, upstream: ServerThread, cert: Path, key: Path) -> None:
+        loaded = load_config([], {"upstreams": [{"url": upstream.url}]})
+        super().__init__(lambda loop: Gateway(loaded, loop=loop))
+        self.cert, self.key = cert, key
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.app = self.make_app(self.loop)
+            config = uvicorn_config(self.app, log_level="warning", port=0)
+            config.host = "127.0.0.1"
+            config.ssl_certfile, config.ssl_keyfile = str(self.cert), str(self.key)
+            s = self.app.settings
+            config.http = protocol_class(
+                s.http_implementation, self.app.client_limits, http2=http2_mixin(False)
+            )
+            self.server = _Server(config)
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_alpn_selects_http2_on_a_tls_listener(upstream: ServerThread, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    gw = TlsGateway(upstream, cert, key).start()
+    try:
+        url = f"https://127.0.0.1:{gw.port}/echo"
+        with httpx.Client(http2=True, verify=ssl.create_default_context(cafile=cert)) as c:
+            r = c.get(url, timeout=BOUND)
+        assert (r.status_code, r.http_version) == (200, "HTTP/2")
+        assert dict(r.json()["headers"])["x-forwarded-proto"] == "https"
+        with httpx.Client(verify=ssl.create_default_context(cafile=cert)) as c:
+            r = c.get(url, timeout=BOUND)
+        assert (r.status_code, r.http_version) == (200, "HTTP/1.1")
+    finally:
+        gw.stop()
