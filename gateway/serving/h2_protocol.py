@@ -47,6 +47,7 @@ from h2.events import (
 )
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
 from gateway.serving.h2_limits import BoundedFrameBuffer, ResetBudget
@@ -225,7 +226,18 @@ class Http2Protocol(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: GOAWAY; running streams finish, then close."""
-        self._go_away(ErrorCodes.NO_ERROR, close=not self.streams)
+        if not self.streams:
+            self._go_away(ErrorCodes.NO_ERROR, close=True)
+            return
+        # h2's close_connection() would end the running streams too (no frame may follow it):
+        # send the GOAWAY frame ourselves and refuse new streams (``closing``).
+        self.closing = True
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self.conn.highest_inbound_stream_id
+        frame.error_code = ErrorCodes.NO_ERROR
+        self.flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame.serialize())
 
     # Events
 

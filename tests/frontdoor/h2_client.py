@@ -11,6 +11,7 @@ from typing import Any
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, Event
+from h2.exceptions import ProtocolError
 
 BOUND = 5.0
 
@@ -22,6 +23,7 @@ class H2Client:
         self.conn.initiate_connection()
         self.events: list[Event] = []
         self.closed = False
+        self.after_goaway: bytes | None = None  # raw bytes that h2 refused after a GOAWAY
         self.flush()
 
     def flush(self) -> None:
@@ -51,7 +53,18 @@ class H2Client:
         if not data:
             self.closed = True
             return []
-        events = self.conn.receive_data(data)
+        if self.after_goaway is not None:
+            self.after_goaway += data
+            return []
+        try:
+            events = self.conn.receive_data(data)
+        except ProtocolError:
+            # h2 takes no frame after a GOAWAY; a graceful one is followed by the responses
+            # of the streams it let finish: kept raw.
+            if not any(isinstance(e, ConnectionTerminated) for e in self.events):
+                raise
+            self.after_goaway = bytes(data)
+            return []
         self.flush()
         self.events.extend(events)
         return list(events)

@@ -10,7 +10,9 @@ import shutil
 import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import httpx
 import pytest
 from h2.errors import ErrorCodes
 from h2.events import (
+    ConnectionTerminated,
     DataReceived,
     RemoteSettingsChanged,
     ResponseReceived,
@@ -304,6 +307,51 @@ def test_idle_connection_gets_goaway(gw: ServerThread, client: H2Client) -> None
     assert response(client, client.request("/echo"))[0] == 200
     assert client.goaway(within=TIMEOUT + BOUND).error_code == ErrorCodes.NO_ERROR
     client.wait_closed()
+
+
+def test_pings_do_not_keep_a_connection_without_requests_open(
+    gw: ServerThread, client: H2Client
+) -> None:
+    # headerTimeout (0.3 s) runs from accept until the first request; PINGs do not reset it.
+    started = time.monotonic()
+    while time.monotonic() - started < BOUND:
+        if any(isinstance(e, ConnectionTerminated) for e in client.read(0.05)):
+            break
+        client.conn.ping(b"12345678")
+        client.flush()
+    assert client.goaway(within=0).error_code == ErrorCodes.NO_ERROR
+    assert closed(gw, "header_timeout") == 1
+
+
+def test_unfinished_header_block_is_cut_by_the_header_timeout(
+    gw: ServerThread, client: H2Client
+) -> None:
+    assert response(client, client.request("/echo"))[0] == 200  # past the first request
+    block = client.conn.encoder.encode([(b":method", b"GET"), (b":path", b"/echo"),
+                                        (b":scheme", b"http"), (b":authority", b"x")])  # fmt: skip
+    client.sock.sendall(_frame(0x1, 0, 3, block))  # HEADERS without END_HEADERS, then nothing
+    assert client.goaway().error_code == ErrorCodes.NO_ERROR
+    assert closed(gw, "header_timeout") == 1
+
+
+def test_shutdown_sends_goaway_and_lets_running_streams_finish(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    gw = h2c(upstream)
+    c = H2Client(gw.port)
+    sid = c.request("/hold/g")
+    wait_until(lambda: "g" in holding(upstream), what="the stream held upstream")
+    with ThreadPoolExecutor(1) as pool:
+        stopping = pool.submit(gw.stop)
+        assert c.goaway().error_code == ErrorCodes.NO_ERROR
+        httpx.get(upstream.url + "/release/g", timeout=BOUND)
+        c.wait_closed()
+        stopping.result()
+    # The held stream's response (HEADERS, then DATA "released g" with END_STREAM) followed.
+    raw = c.after_goaway or b""
+    data = _frame(0x0, 0x1, sid, b"released g")
+    assert data in raw or (_frame(0x0, 0x0, sid, b"released g") in raw), raw
+    c.close()
 
 
 def test_request_body_is_held_by_the_stream_window(
