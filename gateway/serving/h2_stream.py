@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.exceptions import FlowControlError, ProtocolError, StreamClosedError
 
 from gateway.http.status import status_body
 
-if TYPE_CHECKING:
-    from gateway.serving.h2_protocol import Http2Protocol
+
+class Owner(Protocol):
+    """What a stream uses of its connection (``Http2Protocol``)."""
+
+    app: Any
+    conn: H2Connection
+    write_paused: bool
+
+    def now(self) -> float: ...
+    def flush(self) -> None: ...
+    def acknowledge(self, stream: Stream, size: int) -> None: ...
+    def send_headers(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None: ...
+    def reset(self, stream: Stream, code: ErrorCodes) -> None: ...
+    def finished(self, stream: Stream) -> None: ...
+
 
 logger = logging.getLogger("gateway.serving")
 
@@ -38,7 +52,7 @@ class Stream:
         "unacked", "waiting", "writable",
     )  # fmt: skip
 
-    def __init__(self, proto: Http2Protocol, stream_id: int, scope: dict[str, Any]) -> None:
+    def __init__(self, proto: Owner, stream_id: int, scope: dict[str, Any]) -> None:
         self.proto = proto
         self.stream_id = stream_id
         self.scope = scope
