@@ -53,6 +53,7 @@ from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from gateway.serving.h2_limits import BoundedFrameBuffer, ResetBudget
 from gateway.serving.h2_stream import Stream
 from gateway.serving.limits import ClientLimits
+from gateway.serving.protocol import refuse
 
 logger = logging.getLogger("gateway.serving")
 
@@ -60,9 +61,9 @@ logger = logging.getLogger("gateway.serving")
 class Http2Protocol(asyncio.Protocol):
     """One client connection speaking HTTP/2 (after ALPN "h2" or the h2c preface)."""
 
-    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+    def __init__(self, app: Any, config: Any, server_state: Any, app_state: dict[str, Any],
                  limits: ClientLimits, loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
-        self.app = config.loaded_app
+        self.app = app  # the HTTP/1.1 protocol's: per connection, it may carry the TLS peer
         self.root_path: str = config.root_path
         self.app_state = app_state
         self.connections: set[Any] = server_state.connections
@@ -227,7 +228,8 @@ class Http2Protocol(asyncio.Protocol):
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: GOAWAY; running streams finish, then close."""
         if not self.streams:
-            self._go_away(ErrorCodes.NO_ERROR, close=True)
+            self._go_away(ErrorCodes.NO_ERROR, close=False)
+            self._close()
             return
         # h2's close_connection() would end the running streams too (no frame may follow it):
         # send the GOAWAY frame ourselves and refuse new streams (``closing``).
@@ -357,13 +359,23 @@ class Http2Protocol(asyncio.Protocol):
             self.conn.close_connection(error_code=code)
         self.flush()
         if close:
-            self._close()
+            self._linger()
 
     def _close(self) -> None:
-        for stream in self.streams.values():
-            stream.disconnect()
-        if self.transport is not None:
-            self.transport.close()
+        """Close at once: GOAWAY was sent earlier (shutdown, or the client's own GOAWAY)."""
+        transport = self.transport
+        self.connection_lost(None)
+        if transport is not None:
+            transport.close()
+
+    def _linger(self) -> None:
+        """A lingering close after the GOAWAY (as HTTP/1.1's refusals): half-close and discard
+        what the client still sends for a while, so that its unread frames do not turn our
+        close into a reset that drops the GOAWAY before the client reads it."""
+        transport = self.transport
+        self.connection_lost(None)
+        if transport is not None and not transport.is_closing():
+            refuse(transport, self.loop, b"")
 
     def _abort(self) -> None:
         for stream in self.streams.values():

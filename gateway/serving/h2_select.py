@@ -23,6 +23,7 @@ class Http2Select(ClientGuard):
     alpn_protocols: ClassVar[list[str]] = list(ALPN_PROTOCOLS)  # read by uvicorn's TLS context
     prior_knowledge: ClassVar[bool] = False
     # Provided by uvicorn's protocol classes.
+    app: Any
     config: Any
     server_state: Any
     app_state: dict[str, Any]
@@ -65,7 +66,7 @@ class Http2Select(ClientGuard):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         protocol = Http2Protocol(
-            self.config, self.server_state, self.app_state, self.limits, self.loop
+            self.app, self.config, self.server_state, self.app_state, self.limits, self.loop
         )
         transport = self.transport
         transport.set_protocol(protocol)
