@@ -4,7 +4,6 @@ denial-of-service attacks, sent as raw frames by the ``h2`` library."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import socket
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -32,13 +32,13 @@ from h2.settings import SettingCodes
 
 from gateway.cli.main import build_parser
 from gateway.cli.serve import overrides_from_args
-from gateway.server import Gateway, uvicorn_config
+from gateway.server import Gateway
 from gateway.serving.h2_limits import PREFACE, ResetBudget, preface_state, speaks_http2
 from gateway.serving.h2_select import http2_mixin
 from gateway.serving.protocol import protocol_class
 from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
-from tests.frontdoor.conftest import ServerThread, _Server, holding
+from tests.frontdoor.conftest import ServerThread, holding
 from tests.frontdoor.h2_client import BOUND, H2Client
 from tests.frontdoor.test_client_timeouts import TIMEOUT, closed, start
 from tests.support.wait import wait_until
@@ -54,6 +54,14 @@ def h2c(
 ) -> ServerThread:
     return start(upstream, "zttp", paths, **(client or {}),
                  http2={"priorKnowledge": True, **http2})  # fmt: skip
+
+
+def served(
+    upstream: ServerThread, gateways: list[ServerThread], *args: Any, **http2: Any
+) -> tuple[ServerThread, H2Client]:
+    """A gateway (``h2c``'s arguments) torn down with ``gateways``, and a client on it."""
+    gateways.append(h2c(upstream, *args, **http2))
+    return gateways[-1], H2Client(gateways[-1].port)
 
 
 @pytest.fixture
@@ -161,8 +169,7 @@ def test_many_streams_on_one_connection_are_served_at_once(
 def test_streams_over_the_limit_are_refused(
     upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
-    gateways.append(h2c(upstream, maxStreamsPerConnection=2))
-    c = H2Client(gateways[-1].port)
+    _, c = served(upstream, gateways, maxStreamsPerConnection=2)
     # Sent before the client read (and acknowledged) the limit: the third is refused.
     a, b, third = (c.request(f"/hold/m{i}") for i in range(3))
     settings = c.wait_for(lambda e: isinstance(e, RemoteSettingsChanged), "SETTINGS")
@@ -181,10 +188,8 @@ def test_reset_stream_releases_its_seat(
 ) -> None:
     # tiny-queue has one seat: one request executes, the next waits in its queue. Resetting
     # the waiting stream leaves the queue at once.
-    gw = h2c(upstream, [APF_CONFIG])
-    gateways.append(gw)
+    gw, c = served(upstream, gateways, [APF_CONFIG])
     level = gw.app.controller.levels["tiny-queue"].qs
-    c = H2Client(gw.port)
     running = c.request("/queue/hold/r1")
     wait_until(lambda: "r1" in holding(upstream), what="the first stream executing")
     queued = c.request("/queue/hold/r2")
@@ -208,9 +213,7 @@ def test_reset_stream_releases_its_seat(
 def test_rapid_reset_gets_goaway_enhance_your_calm(
     upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
-    gw = h2c(upstream, maxResetStreams=5)
-    gateways.append(gw)
-    c = H2Client(gw.port)
+    gw, c = served(upstream, gateways, maxResetStreams=5)
     for _ in range(20):
         sid = c.request("/hold/never")
         c.conn.reset_stream(sid, ErrorCodes.CANCEL)
@@ -256,8 +259,7 @@ def test_header_list_over_max_header_bytes_is_refused(gw: ServerThread, client: 
 def test_hpack_table_larger_than_allowed_is_refused(
     upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
-    gateways.append(h2c(upstream, headerTableSize=1024))
-    c = H2Client(gateways[-1].port)
+    _, c = served(upstream, gateways, headerTableSize=1024)
     c.wait_for(lambda e: isinstance(e, RemoteSettingsChanged), "SETTINGS")
     c.conn.encoder.header_table_size = 4096  # a table size update past what we allow
     c.request("/echo")
@@ -357,9 +359,7 @@ def test_shutdown_sends_goaway_and_lets_running_streams_finish(
 def test_request_body_is_held_by_the_stream_window(
     upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
-    gw = h2c(upstream, initialWindowSize=16384)
-    gateways.append(gw)
-    c = H2Client(gw.port)
+    _, c = served(upstream, gateways, initialWindowSize=16384)
     c.wait_for(lambda e: isinstance(e, RemoteSettingsChanged), "SETTINGS")
     size = 1 << 20
     sid = c.request("/upload", method="POST", end=False)
@@ -418,24 +418,13 @@ class TlsGateway(ServerThread):
         super().__init__(lambda loop: Gateway(loaded, loop=loop))
         self.cert, self.key = cert, key
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.app = self.make_app(self.loop)
-            config = uvicorn_config(self.app, log_level="warning", port=0)
-            config.host = "127.0.0.1"
-            config.ssl_certfile, config.ssl_keyfile = str(self.cert), str(self.key)
-            s = self.app.settings
-            config.http = protocol_class(
-                s.http_implementation, self.app.client_limits, http2=http2_mixin(False)
-            )
-            self.server = _Server(config)
-            self.loop.run_until_complete(self._serve())
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
-        finally:
-            self.loop.close()
+    def config(self) -> uvicorn.Config:
+        config = super().config()
+        config.ssl_certfile, config.ssl_keyfile = str(self.cert), str(self.key)
+        limits = self.app.client_limits
+        impl = self.app.settings.http_implementation
+        config.http = protocol_class(impl, limits, http2=http2_mixin(False))
+        return config
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
