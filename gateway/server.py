@@ -222,6 +222,9 @@ class Gateway:
             for field in RESTART_ONLY:
                 if getattr(new, field) != getattr(self.running_since_start, field):
                     log.warning("%s changed; it takes effect after a restart", field)
+            h2c = self.running_since_start.client.http2.prior_knowledge
+            if new.client.http2.prior_knowledge != h2c:  # it picks the listener's protocol class
+                log.warning("client.http2.priorKnowledge changed; it takes effect after a restart")
 
         return commit
 

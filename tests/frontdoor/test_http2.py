@@ -382,6 +382,17 @@ def test_request_body_is_held_by_the_stream_window(
     c.close()
 
 
+def test_reload_keeps_h2c_until_a_restart(
+    gw: ServerThread, upstream: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    off = {"upstreams": [{"url": upstream.url}], "client": {"http2": {"priorKnowledge": False}}}
+    gw.call(lambda: gw.app.apply(load_config([], off)))
+    assert "client.http2.priorKnowledge changed; it takes effect after a restart" in caplog.text
+    c = H2Client(gw.port)
+    assert response(c, c.request("/echo"))[0] == 200
+    c.close()
+
+
 def test_settings_and_flags(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["serve", "--http2-prior-knowledge", "true", "--http2-max-streams-per-connection", "7"]
