@@ -121,6 +121,14 @@ def test_h2c_request_goes_through_the_gateway(gw: ServerThread) -> None:
     assert "x-kubernetes-pf-prioritylevel-uid" in r.headers
 
 
+def test_h2c_on_httptools(upstream: ServerThread, gateways: list[ServerThread]) -> None:
+    gateways.append(start(upstream, "httptools", http2={"priorKnowledge": True}))
+    with httpx.Client(http1=False, http2=True, timeout=BOUND) as c:
+        r = c.get(gateways[-1].url + "/echo")
+    assert (r.status_code, r.http_version) == (200, "HTTP/2")
+    assert httpx.get(gateways[-1].url + "/echo", timeout=BOUND).http_version == "HTTP/1.1"
+
+
 def test_http11_still_served_on_an_h2c_listener(gw: ServerThread) -> None:
     # A head sent a byte at a time goes through the preface check to HTTP/1.1.
     with socket.create_connection(("127.0.0.1", gw.port), timeout=BOUND) as s:
