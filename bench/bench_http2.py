@@ -32,7 +32,7 @@ from bench_frontdoor import (
 )  # fmt: skip
 
 
-def h2load(port: int, args: list[str], duration: float) -> tuple[float, float]:
+def h2load(port: int, args: list[str], duration: int) -> tuple[float, float]:
     """req/s and the gateway's CPU microseconds per request."""
     before = cpu_seconds(PIDS[port])
     out = subprocess.run(
@@ -50,7 +50,7 @@ def h2load(port: int, args: list[str], duration: float) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--duration", type=int, default=8)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--streams", type=int, default=8, help="HTTP/2 streams per connection")
     args = parser.parse_args()
@@ -69,7 +69,7 @@ def main() -> int:
         process([PY, "-c", UPSTREAM_APP, str(up)], up),
         process(gateway_args(gw, up, "--http2-prior-knowledge", "true"), gw),
     ):
-        h2load(gw, ["--h1", "-c", c], 2.0)  # warm-up
+        h2load(gw, ["--h1", "-c", c], 2)  # warm-up
         for _ in range(args.rounds):
             for name, extra in variants.items():
                 results[name].append(h2load(gw, extra, args.duration))
