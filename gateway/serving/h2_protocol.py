@@ -73,7 +73,16 @@ class Http2Protocol(asyncio.Protocol):
         self.limits = limits
         s = self.settings = limits.settings
         h = s.http2
-        self.conn = conn = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self.conn = conn = H2Connection(
+            H2Configuration(
+                client_side=False,
+                header_encoding=None,
+                # Responses are checked by the stream (names lowercased, hop-by-hop fields
+                # dropped) and come from an upstream whose HTTP/1.1 parser validated them.
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+            )
+        )
         self.local = {
             SettingCodes.MAX_CONCURRENT_STREAMS: h.max_streams_per_connection,
             SettingCodes.MAX_HEADER_LIST_SIZE: s.max_header_bytes,
@@ -96,6 +105,7 @@ class Http2Protocol(asyncio.Protocol):
         self.client: tuple[str, int] | None = None
         self.write_paused = False
         self.write_paused_at = 0.0
+        self.flush_pending = False
         self.control_frames = 0  # PING/SETTINGS answers queued while writing is paused
         self.mark = self.now()  # the last read
         self.idle_since = self.mark  # connected, or the last stream ended (PINGs do not count)
@@ -191,12 +201,23 @@ class Http2Protocol(asyncio.Protocol):
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
+    def flush_soon(self) -> None:
+        """Flush once the app's current step is done: a response's HEADERS and DATA frames,
+        and WINDOW_UPDATEs, go out in one write rather than one each."""
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self.flush_pending = False
+        self.flush()
+
     def acknowledge(self, stream: Stream, size: int) -> None:
         try:
             self.conn.acknowledge_received_data(size, stream.stream_id)
         except (StreamClosedError, ProtocolError):
             return
-        self.flush()
+        self.flush_soon()
 
     def send_headers(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
         try:
@@ -204,7 +225,7 @@ class Http2Protocol(asyncio.Protocol):
         except (StreamClosedError, ProtocolError):
             stream.disconnect()
             return
-        self.flush()
+        self.flush_soon()
 
     def reset(self, stream: Stream, code: ErrorCodes) -> None:
         stream.disconnect()
@@ -363,6 +384,7 @@ class Http2Protocol(asyncio.Protocol):
 
     def _close(self) -> None:
         """Close at once: GOAWAY was sent earlier (shutdown, or the client's own GOAWAY)."""
+        self.flush()  # what the streams wrote last
         transport = self.transport
         self.connection_lost(None)
         if transport is not None:
