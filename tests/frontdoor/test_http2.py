@@ -171,6 +171,25 @@ def test_many_streams_on_one_connection_are_served_at_once(
         assert response(client, sid) == (200, f"released s{i}".encode())
 
 
+def test_each_stream_is_its_own_user(upstream: ServerThread, gateways: list[ServerThread]) -> None:
+    # Streams of one connection are authenticated (and so classified into flows) one by one,
+    # as requests on separate connections are: here by front-proxy headers from 127.0.0.0/8.
+    trusted = {"requestHeader": {"allowedCIDRs": ["127.0.0.0/8"]}}
+    gateways.append(start(upstream, "zttp", http2={"priorKnowledge": True}))
+    gw = gateways[-1]
+    overrides = {"upstreams": [{"url": upstream.url}], "authentication": trusted,
+                 "client": {"http2": {"priorKnowledge": True}}}  # fmt: skip
+    gw.call(lambda: gw.app.apply(load_config([], overrides)))
+    c = H2Client(gw.port)
+    users = {c.request("/echo", extra=[("x-remote-user", user)]): user
+             for user in ("alice", "bob", "carol")}  # fmt: skip
+    for sid, user in users.items():
+        status, body = response(c, sid)
+        seen = dict(json.loads(body)["headers"])
+        assert (status, seen["x-remote-user"]) == (200, user)
+    c.close()
+
+
 # Limits
 
 
