@@ -40,6 +40,7 @@ from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_tran
 from gateway.proxy.upstream_tls import UpstreamTLS
 from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
+from gateway.serving.h2_select import http2_mixin
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
 from gateway.serving.tls import ServerTLS
@@ -268,6 +269,9 @@ class Gateway:
             if _wants_certs(new) and not self.client_limits.peer_certificates:
                 log.warning("client CA files added; the listener asks for certificates after "
                             "a restart")  # fmt: skip
+            h2c = self.running_since_start.client.http2.prior_knowledge
+            if new.client.http2.prior_knowledge != h2c:  # it picks the listener's protocol class
+                log.warning("client.http2.priorKnowledge changed; it takes effect after a restart")
 
         return commit
 
@@ -351,9 +355,14 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     host, listen_port = s.host_port
     tls = gateway.tls
     ws = s.proxy.websocket
+    # h2c only when asked: without it the plain listener runs the HTTP/1.1 classes unchanged.
+    # A TLS listener takes http2_mixin(...) always (ALPN "h2"; gateway/serving/h2_select.py).
+    prior_knowledge = s.client.http2.prior_knowledge
+    http2 = http2_mixin(prior_knowledge) if prior_knowledge or tls is not None else None
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
+        http=protocol_class(s.http_implementation, gateway.client_limits, http2=http2),
+        lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),

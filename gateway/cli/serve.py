@@ -216,6 +216,19 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "request body all queued requests may read ahead together (default 33554432)",
     ),
     (
+        "--http2-prior-knowledge",
+        "client.http2.priorKnowledge",
+        "BOOL",
+        "serve h2c (HTTP/2 without TLS) to clients that start with the HTTP/2 preface "
+        "(default false); needs a restart",
+    ),
+    (
+        "--http2-max-streams-per-connection",
+        "client.http2.maxStreamsPerConnection",
+        "N",
+        "concurrent HTTP/2 streams per client connection (default 100, as kube-apiserver)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -350,6 +363,11 @@ INT_FLAGS = {
     "maxHeaderBytes",
     "maxConnections",
     "maxQueuedBodyBytes",
+    "maxStreamsPerConnection",
+    "headerTableSize",
+    "initialWindowSize",
+    "maxResetStreams",
+    "maxControlFrames",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

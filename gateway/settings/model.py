@@ -128,6 +128,28 @@ class ProxySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Http2Settings:
+    """HTTP/2 from clients (docs/frontdoor.md, "HTTP/2"): kube-apiserver's stream limit, the
+    rest bounds the known HTTP/2 denial-of-service attacks the way Go's server and Envoy do."""
+
+    # h2c with prior knowledge on a plain listener (the TLS listener negotiates h2 by ALPN).
+    prior_knowledge: bool = False
+    # SETTINGS_MAX_CONCURRENT_STREAMS (kube-apiserver's --http2-max-streams-per-connection).
+    max_streams_per_connection: int = 100
+    # SETTINGS_HEADER_TABLE_SIZE: the HPACK decoder table a client may fill.
+    header_table_size: int = 4096
+    # SETTINGS_INITIAL_WINDOW_SIZE: request body bytes buffered per stream before the app reads.
+    initial_window_size: int = 65535
+    # Streams the client may reset within resetWindow before GOAWAY ENHANCE_YOUR_CALM
+    # (CVE-2023-44487, rapid reset).
+    max_reset_streams: int = 200
+    reset_window: float = 10.0
+    # PING/SETTINGS answers queued while the client does not read (Envoy's
+    # max_outbound_control_frames); past it the connection is closed.
+    max_control_frames: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class ClientSettings:
     """Limits on client connections to the front door (docs/frontdoor.md, "Client timeouts and
     connection limits"). Timeouts follow kube-apiserver's Go server where it sets one
@@ -149,6 +171,7 @@ class ClientSettings:
     # Request body all requests waiting in APF queues may read ahead together (each at most
     # 1 MiB); over it a waiting request stops reading ahead (the rest stays in its socket).
     max_queued_body_bytes: int = 32 * 1024 * 1024
+    http2: Http2Settings = field(default_factory=Http2Settings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,21 +63,23 @@ class ServerThread:
         asyncio.set_event_loop(self.loop)
         try:
             self.app = self.make_app(self.loop)
-            if isinstance(self.app, Gateway):
-                config = uvicorn_config(self.app, log_level="warning", port=0)
-                config.host = "127.0.0.1"
-            else:
-                config = uvicorn.Config(
-                    self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
-                    lifespan=self.lifespan, log_level="warning", access_log=False,
-                )  # fmt: skip
-            self.server = _Server(config)
+            self.server = _Server(self.config())
             self.loop.run_until_complete(self._serve())
         except BaseException as exc:
             self._error = exc
             self._ready.set()
         finally:
             self.loop.close()
+
+    def config(self) -> uvicorn.Config:
+        if isinstance(self.app, Gateway):
+            config = uvicorn_config(self.app, log_level="warning", port=0)
+            config.host = "127.0.0.1"
+            return config
+        return uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
+            lifespan=self.lifespan, log_level="warning", access_log=False,
+        )  # fmt: skip
 
     async def _serve(self) -> None:
         assert self.server is not None
