@@ -118,6 +118,7 @@ class Gateway:
         self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
         self.describer.wire(self.describer.authenticator)
         self.authn_metrics.attempts = self.describer.attempts
+        self.authn_metrics.durations = self.describer.durations
         p = settings.proxy
         upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(

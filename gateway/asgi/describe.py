@@ -7,6 +7,7 @@ two requests without touching requests already described.
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from gateway.asgi.authn import (
@@ -17,8 +18,12 @@ from gateway.asgi.authn import (
 )
 from gateway.asgi.requestinfo import RequestInfoParser, RouteTemplate
 from gateway.flowcontrol.digest import RequestDigest
+from gateway.flowcontrol.stats import Histogram
 from gateway.http.types import Scope
 from gateway.reconfigure import Swap, assign
+
+# kube-apiserver's authentication_duration_seconds: ExponentialBuckets(0.001, 2, 15).
+AUTHENTICATION_BUCKETS = tuple(0.001 * 2**i for i in range(15))
 
 if TYPE_CHECKING:
     from gateway.settings.model import AuthenticationSettings, RouteTemplateSettings
@@ -52,8 +57,10 @@ class RequestDescriber:
         self.on_webhook_request: Callable[[str, float], None] | None = None
         # Told of every uncached JWT verification (issuer hash, result, seconds).
         self.on_jwt_verify: Callable[[str, str, float], None] | None = None
-        # kube's authentication_attempts{result}: kept here, across reloads.
+        # kube's authentication_attempts{result} and authentication_duration_seconds{result}:
+        # kept here, across reloads.
         self.attempts = {"success": 0, "failure": 0}
+        self.durations = {r: Histogram(AUTHENTICATION_BUCKETS) for r in ("success", "failure")}
 
     @classmethod
     def from_settings(
@@ -96,12 +103,15 @@ class RequestDescriber:
 
     def describe(self, scope: Scope) -> RequestDigest:
         """Raises ``RequestRefused`` (``Unauthorized``, ``RequestInfoError``)."""
+        start = perf_counter()
         try:
             user = self.authenticator.authenticate(scope)
         except Unauthorized:
             self.attempts["failure"] += 1
+            self.durations["failure"].observe(perf_counter() - start)
             raise
         self.attempts["success"] += 1
+        self.durations["success"].observe(perf_counter() - start)
         method = scope.get("method", "GET")  # websocket handshakes are GETs
         key = (user, method, scope["path"], scope["query_string"])
         found = self._cache.get(key)

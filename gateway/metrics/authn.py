@@ -42,8 +42,10 @@ class AuthenticationMetrics(Collector):
         self.webhook_requests: dict[str, int] = {}  # by HTTP code, "error": no response
         self.webhook_latency: dict[str, Histogram] = {}
         self.jwt_latency: dict[tuple[str, str], Histogram] = {}
-        # authentication_attempts{result}: the describer's counts (read at scrape time)
+        # authentication_attempts{result}, authentication_duration_seconds{result}: the
+        # describer's (read at scrape time)
         self.attempts: Mapping[str, int] = {"success": 0, "failure": 0}
+        self.durations: Mapping[str, Histogram] = {}
 
     def observe_jwt(self, issuer_hash: str, result: str, seconds: float) -> None:
         h = self.jwt_latency.get((result, issuer_hash))
@@ -71,6 +73,14 @@ class AuthenticationMetrics(Collector):
         for result, n in self.attempts.items():
             attempts.add_sample("authentication_attempts", {"result": result}, n)
         yield attempts
+        durations = HistogramMetricFamily(
+            "authentication_duration_seconds",
+            "Authentication duration in seconds broken out by result.",
+            labels=["result"],
+        )
+        for result, h in sorted(self.durations.items()):
+            durations.add_metric([result], histogram_buckets(h), h.sum)
+        yield durations
         jwt = HistogramMetricFamily(
             "apiserver_authentication_jwt_authenticator_latency_seconds",
             "Latency of jwt authentication operations in seconds. This is the time spent "

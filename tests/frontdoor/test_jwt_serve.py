@@ -151,6 +151,13 @@ async def test_a_jwt_reaches_the_upstream_as_its_mapped_user(
 
         m = await scrape(client, url)
         assert m['authentication_attempts{result="failure"}'] == 5
+        # kube's authentication_duration_seconds{result}: one observation per attempt
+        assert m['authentication_duration_seconds_count{result="failure"}'] == 5
+        assert (
+            m['authentication_duration_seconds_count{result="success"}']
+            == m['authentication_attempts{result="success"}']
+        )
+        assert m['authentication_duration_seconds_bucket{le="16.384",result="failure"}'] == 5
         issuer_hash = "sha256:" + hashlib.sha256(issuer.url.encode()).hexdigest()
         latency = "apiserver_authentication_jwt_authenticator_latency_seconds_count"
         assert m[f'{latency}{{jwt_issuer_hash="{issuer_hash}",result="success"}}'] == 1
