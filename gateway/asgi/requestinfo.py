@@ -45,6 +45,7 @@ KEPT_QUERY = frozenset(
         "fieldSelector",
         "watch",
         "continue",
+        "sendInitialEvents",
         "timeoutSeconds",
         "timeout",
     }
