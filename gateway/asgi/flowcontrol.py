@@ -3,7 +3,7 @@
 A thin shell around the core (``gateway.flowcontrol``), as kube-apiserver's
 ``priority-and-fairness.go`` is: describe, classify, estimate, admit (run now, queue, or 429),
 set the ``X-Kubernetes-PF-*`` headers, release the seats when the response is done - or, for a
-watch, when its first body chunk is out; for a websocket, when the handshake is answered.
+watch, once it is initialized (``watchinit``); for a websocket, when the handshake is answered.
 Non-watch long-running requests (exec, proxy, logs, ...) bypass flow control, as in Kubernetes.
 
 A request that may have to wait also listens for its client: if the client leaves while queued,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator
@@ -35,6 +35,13 @@ from gateway.asgi.innerapp import adds_response_headers, selector
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
+from gateway.asgi.watchinit import (
+    AT_FIRST_CHUNK,
+    AT_HEADERS,
+    AT_MARKER,
+    MarkerScanner,
+    initialized_at,
+)
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -262,23 +269,42 @@ class FlowControlMiddleware:
 
     async def _run(self, admission: Admission, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app holding the seats, adding the PF headers to its response; a watch gives
-        its seats back once its first body chunk is out, a websocket once answered."""
+        its seats back once initialized (``gateway.asgi.watchinit``), a websocket once
+        answered."""
         websocket = scope["type"] == "websocket"
         watch = admission.watch
         pf_headers = self._pf_headers(admission.classification)
         app = self._inner(scope)
+        release_at = -1  # not a watch
+        scanner: MarkerScanner | None = None
+        if watch:
+            context = scope[CONTEXT_KEY]
+            assert isinstance(context, RequestContext)
+            release_at = initialized_at(context.digest.info)
+            if release_at == AT_MARKER:
+                scanner = MarkerScanner()
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal release_at
             t = message["type"]
             if t == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *pf_headers]
-            elif (watch and t == "http.response.body") or (
-                websocket and t in ("websocket.accept", "websocket.close")
-            ):
+                headers = message.get("headers", ())
+                message["headers"] = [*headers, *pf_headers]
+                if release_at == AT_MARKER and _encoded(headers):
+                    release_at = AT_FIRST_CHUNK  # a compressed stream hides the marker
                 await send(message)
-                admission.release()  # initial phase over: the seats go back
+                if release_at == AT_HEADERS:
+                    admission.release()  # no initial events: established is initialized
+                return
+            if t == "http.response.body" and release_at >= AT_FIRST_CHUNK:
+                await send(message)
+                if scanner is None or scanner.feed(message.get("body", b"")):
+                    admission.release()  # initial events out: the seats go back
+                    release_at = -1
                 return
             await send(message)
+            if websocket and t in ("websocket.accept", "websocket.close"):
+                admission.release()
 
         async with admission:
             await app(scope, receive, send_with_headers)
@@ -342,6 +368,13 @@ class FlowControlMiddleware:
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
             priority_level=rejected.classification.priority_level, reason=rejected.reason,
         )  # fmt: skip
+
+
+def _encoded(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            return True
+    return False
 
 
 async def _abandon(

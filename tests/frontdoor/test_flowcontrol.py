@@ -4,6 +4,7 @@ test advances, so the time-out case needs no sleeping."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -168,6 +169,42 @@ def test_watch_gives_its_seat_back_after_the_first_chunk(
         # Same one-seat level; would queue forever (fake clock) if the watch still held it.
         r = httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3)
         assert r.status_code == 200
+        httpx.get(upstream.url + "/release/stream")
+    assert metric(gw, "apiserver_flowcontrol_request_execution_seconds_count",
+                  priority_level="tiny-queue", type="watch") == 1  # fmt: skip
+
+
+def test_watch_from_a_resource_version_gives_its_seat_back_at_the_response_headers(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    """An informer's re-watch gets no initial events: kube-apiserver counts it initialized once
+    established, so a quiet watch (no event, no bookmark yet) holds no seat."""
+    url = gw.url + "/api/v1/watch/namespaces/ns/stream/0?resourceVersion=5&allowWatchBookmarks=1"
+    with httpx.stream("GET", url, timeout=5) as w:
+        assert w.status_code == 200 and w.headers["x-kubernetes-pf-prioritylevel-uid"]
+        wait_until(lambda: level_state(gw, "tiny-queue")["seats"] == 0)
+        # Same one-seat level; would queue forever (fake clock) if the watch still held it.
+        assert httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3).status_code == 200
+        httpx.get(upstream.url + "/release/stream")
+
+
+def test_watch_list_holds_its_seat_until_the_initial_events_end_bookmark(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    query = "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+    url = gw.url + "/api/v1/watch/namespaces/ns/watchlist/2?" + query
+    with httpx.stream("GET", url, timeout=5) as w:
+        lines = w.iter_lines()
+        assert [json.loads(next(lines))["type"] for _ in range(2)] == ["ADDED", "ADDED"]
+        # Initial events relayed, but not their end: the seat is still held.
+        assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 1, "seats": 1}
+        httpx.get(upstream.url + "/release/bookmark")
+        bookmark = json.loads(next(lines))
+        assert bookmark["object"]["metadata"]["annotations"] == {
+            "k8s.io/initial-events-end": "true"
+        }
+        wait_until(lambda: level_state(gw, "tiny-queue")["seats"] == 0)
+        assert httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3).status_code == 200
         httpx.get(upstream.url + "/release/stream")
     assert metric(gw, "apiserver_flowcontrol_request_execution_seconds_count",
                   priority_level="tiny-queue", type="watch") == 1  # fmt: skip
