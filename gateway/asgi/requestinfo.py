@@ -33,8 +33,12 @@ METHOD_VERBS = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
+# kube-apiserver's ``BasicLongRunningRequestCheck`` as its server config sets it up: these verbs
+# (a non-resource request's verb is its lowercase method), these subresources of resource
+# requests, and non-resource paths under the profiler's prefix.
 LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
 LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "proxy", "log", "portforward"})
+LONG_RUNNING_PATH_PREFIX = "/debug/pprof/"
 # Query parameters kept in RequestInfo.query for work estimators.
 KEPT_QUERY = frozenset(
     {
@@ -114,7 +118,7 @@ class RequestInfoParser:
             if found is not None:
                 return self._from_template(template, found, method, path, query_string)
         if len(parts) < 3 or parts[0] not in API_PREFIXES:
-            return RequestInfo(False, path, method.lower()), False
+            return _non_resource(method, path)
         return self._kubernetes(parts, method, path, query_string)
 
     def _kubernetes(
@@ -125,7 +129,7 @@ class RequestInfoParser:
         group = ""
         if prefix not in GROUPLESS_PREFIXES:
             if len(rest) < 3:
-                return RequestInfo(False, path, method.lower()), False
+                return _non_resource(method, path)
             group, rest = rest[0], rest[1:]
         version, rest = rest[0], rest[1:]
         if rest[0] in SPECIAL_VERBS:
@@ -178,7 +182,13 @@ class RequestInfoParser:
             name=name,
             query=query,
         )
-        return info, t.long_running or verb == "watch"
+        return info, t.long_running or verb in LONG_RUNNING_VERBS
+
+
+def _non_resource(method: str, path: str) -> tuple[RequestInfo, bool]:
+    verb = method.lower()
+    long_running = verb in LONG_RUNNING_VERBS or path.startswith(LONG_RUNNING_PATH_PREFIX)
+    return RequestInfo(False, path, verb), long_running
 
 
 def _refine_verb(verb: str, name: str, query: Query) -> tuple[str, str]:

@@ -64,6 +64,39 @@ def test_non_resource_requests(path: str) -> None:
     assert info.verb == "get" and info.path == path and not long_running
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "long_running"),
+    [
+        # BasicLongRunningRequestCheck: the profiler's paths, non-resource ones only.
+        ("GET", "/debug/pprof/profile", True),
+        ("GET", "/debug/pprof/", True),
+        ("GET", "/debug/pprof/goroutine/x", True),
+        ("GET", "/debug/pprof", False),
+        ("GET", "/debug/flags/v", False),
+        ("GET", "/debug/api_priority_and_fairness/dump_requests", False),
+        # The verbs hold for non-resource requests too, whose verb is the lowercase method.
+        ("PROXY", "/healthz", True),
+        ("WATCH", "/metrics", True),
+        ("POST", "/debug/pprof/x", True),
+    ],
+)
+def test_non_resource_long_running(method: str, path: str, long_running: bool) -> None:
+    info, got = P.parse(method, path, b"")
+    assert not info.is_resource_request
+    assert got is long_running
+
+
+def test_profiler_through_a_real_gateway_bypasses_flow_control(
+    gateways: list[ServerThread], recorder: RecordingUpstream
+) -> None:
+    """No PF headers: the profiler's request was not classified."""
+    gw = start_gateway({"upstreams": [{"url": recorder.url}]}, [])
+    gateways.append(gw)
+    assert _status_and_header(gw.port, "/debug/pprof/profile?seconds=1") == (200, "")
+    status, flow_schema = _status_and_header(gw.port, "/debug/flags")
+    assert status == 200 and flow_schema
+
+
 # Taken from kube-apiserver's behaviour (requestinfo.go and its tests, ListOptions decoding,
 # fields.ParseSelector): method, path, query -> verb, namespace, resource, subresource, name, parts.
 KUBE = [
