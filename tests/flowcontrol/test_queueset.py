@@ -305,6 +305,8 @@ def test_reject_level_concurrency_limit() -> None:
     c = start(qs, stats=stats)
     assert c.state == REJECTED and c.reason == "concurrency-limit"
     assert stats.rejected["concurrency-limit"] == 1 and qs.tot_requests_waiting == 0
+    # request_wait_duration_seconds: both outcomes observed, as Kubernetes does on Reject levels.
+    assert stats.wait_seconds["true"].count == 2 and stats.wait_seconds["false"].count == 1
     qs.finish(a)
     qs.finish(b)
     wide = start(qs, work=WorkEstimate(3))  # too wide, nothing executing: runs alone

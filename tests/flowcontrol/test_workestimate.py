@@ -213,3 +213,19 @@ def test_object_count_tracker_falls_back_expires_and_reads_the_clock_only_when_f
     found = t.get("deployments.apps", "", clock(2.0))
     assert found is None  # a namespace's count is no cluster-wide count
     assert reads == [2.0, 2.0, 11.5, 10.5]
+
+
+@pytest.mark.parametrize(
+    ("verb", "query"),
+    [
+        ("list", {"limit": "invalid"}),
+        ("list", {"timeoutSeconds": "1.5"}),
+        ("list", {"limit": "99999999999999999999"}),
+        ("watch", {"limit": "x"}),  # decoded before the watch check, as in Kubernetes
+    ],
+)
+def test_undecodable_list_options_get_the_maximum_seats(verb: str, query: dict[str, str]) -> None:
+    e = estimator()
+    # Even for a collection never seen (otherwise the minimum): the request cannot succeed.
+    assert e.estimate(digest(verb, resource="widgets", **query), 0).work.initial_seats == 100
+    assert e.estimate(digest(verb, resource="widgets", **query), 8).work.initial_seats == 8
