@@ -43,7 +43,7 @@ from gateway.settings.sources import LoadedConfig
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
-                "http_implementation")  # fmt: skip
+                "http_implementation", "show_hidden_metrics_for_version")  # fmt: skip
 
 
 class LoopClock:

@@ -21,6 +21,7 @@ from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.controller import FlowController
 from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
 from gateway.server import Gateway
+from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway
 from tests.support.wait import wait_until
@@ -252,8 +253,9 @@ def test_invalid_token_is_401_status(gw: ServerThread) -> None:
     assert r.json()["reason"] == "Unauthorized"
 
 
-# The Kubernetes flow-control documentation's observability list (31 names), plus the current
-# name of the renamed inqueue-seats gauge; each with the label names Kubernetes gives it.
+# The Kubernetes flow-control documentation's observability list (31 names) but the two
+# deprecated gauges Kubernetes hides, plus the current name of the renamed inqueue-seats gauge;
+# each with the label names Kubernetes gives it.
 PL_FS = {"priority_level", "flow_schema"}
 PL = {"priority_level"}
 EXPECTED_LABELS = {
@@ -269,11 +271,9 @@ EXPECTED_LABELS = {
     "apiserver_current_inflight_requests": {"request_kind"},
     "apiserver_current_inqueue_seats": PL_FS,
     "apiserver_flowcontrol_read_vs_write_current_requests_bucket": {"phase", "request_kind", "le"},
-    "apiserver_flowcontrol_request_concurrency_in_use": PL_FS,
     "apiserver_flowcontrol_priority_level_request_utilization_bucket": PL | {"phase", "le"},
     "apiserver_flowcontrol_priority_level_seat_utilization_bucket": PL | {"phase", "le"},
     "apiserver_flowcontrol_request_queue_length_after_enqueue_bucket": PL_FS | {"le"},
-    "apiserver_flowcontrol_request_concurrency_limit": PL,
     "apiserver_flowcontrol_lower_limit_seats": PL,
     "apiserver_flowcontrol_upper_limit_seats": PL,
     "apiserver_flowcontrol_demand_seats_bucket": PL | {"le"},
@@ -309,7 +309,7 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
                 s.labels["flow_schema"] == "queue-fs" and s.labels["execute"] == "true"
             ):
                 buckets.append(s.labels["le"])
-    assert len(EXPECTED_LABELS) == 32
+    assert len(EXPECTED_LABELS) == 30
     missing = sorted(set(EXPECTED_LABELS) - set(labels))
     assert not missing, missing
     for name, expected in EXPECTED_LABELS.items():
@@ -317,6 +317,66 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
     assert buckets == WAIT_BUCKETS
     # Proxy metrics ride along.
     assert "gateway_upstream_request_duration_seconds_bucket" in labels
+
+
+HIDDEN = {"apiserver_flowcontrol_request_concurrency_limit": "1.30.0",
+          "apiserver_flowcontrol_request_concurrency_in_use": "1.31.0"}  # fmt: skip
+
+
+def families(gw: ServerThread) -> dict[str, Any]:
+    text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_help_texts_carry_kubernetes_stability_and_deprecated_gauges_are_hidden(
+    gw: ServerThread,
+) -> None:
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    fams = families(gw)
+    assert not set(HIDDEN) & set(fams)
+    stability = {
+        "apiserver_flowcontrol_rejected_requests": "[BETA] Number of requests rejected by API "
+        "Priority and Fairness subsystem",
+        "apiserver_flowcontrol_request_wait_duration_seconds": "[BETA] Length of time a request "
+        "spent waiting in its queue",
+        "apiserver_flowcontrol_nominal_limit_seats": "[BETA] Nominal number of execution seats "
+        "configured for each priority level",
+        "apiserver_flowcontrol_current_r": "[ALPHA] R(time of last change)",
+        "apiserver_flowcontrol_demand_seats": "[ALPHA] Observations, at the end of every "
+        "nanosecond, of (the number of seats each priority level could use) / (nominal number "
+        "of seats for that level)",
+        "apiserver_current_inflight_requests": "[STABLE] Maximal number of currently used "
+        "inflight request limit of this apiserver per request kind in last second.",
+    }
+    for name, help_text in stability.items():
+        assert fams[name].documentation == help_text, name
+    for name, fam in fams.items():
+        if name.startswith("apiserver_"):
+            assert fam.documentation.startswith(("[ALPHA] ", "[BETA] ", "[STABLE] ")), name
+
+
+def test_hidden_gauges_are_shown_when_asked_for(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    gw = start_gateway(
+        {"upstreams": [{"url": upstream.url}], "showHiddenMetricsForVersion": "1.33"}, [CONFIG]
+    )
+    gateways.append(gw)
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    fams = families(gw)
+    for name, since in HIDDEN.items():
+        assert fams[name].documentation.startswith(f"[ALPHA] (Deprecated since {since}) "), name
+    limit = fams["apiserver_flowcontrol_request_concurrency_limit"]
+    nominal = fams["apiserver_flowcontrol_nominal_limit_seats"]
+    assert {tuple(s.labels.items()): s.value for s in limit.samples} == {
+        tuple(s.labels.items()): s.value for s in nominal.samples
+    }
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.34", "1.33.0", "yes"])
+def test_show_hidden_metrics_takes_only_the_previous_minor_version(version: str) -> None:
+    with pytest.raises(ConfigLoadError, match="showHiddenMetricsForVersion"):
+        load_config([], {"showHiddenMetricsForVersion": version})
 
 
 @pytest.mark.parametrize(
