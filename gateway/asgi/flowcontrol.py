@@ -23,6 +23,7 @@ from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
 )
+from gateway.asgi.deadline import request_timeout, run_bounded
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
@@ -42,6 +43,7 @@ from gateway.asgi.watchinit import (
     MarkerScanner,
     initialized_at,
 )
+from gateway.clock import EventClock
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -193,6 +195,15 @@ class FlowControlMiddleware:
                     deadline = parsed
         return min(deadline / 4, MAX_WAIT)
 
+    @property
+    def _controller_clock(self) -> EventClock:
+        return self.controller.clock
+
+    def _deadline(self, admission: Admission, digest: RequestDigest) -> float:
+        """When a non-long-running request must be done (``gateway.asgi.deadline``): its
+        timeout from arrival, queue wait included."""
+        return admission.request.arrival_time + request_timeout(digest.info, self.request_timeout)
+
     def drain(self) -> None:
         """Shutdown: refuse everything queued (429) and let nothing new wait."""
         self.draining = True
@@ -217,9 +228,13 @@ class FlowControlMiddleware:
                 # (kept under 1% for the APF on/off target, docs/performance.md).
                 context = scope[CONTEXT_KEY]
                 assert isinstance(context, RequestContext)
-                context.response_headers = self._pf_headers(started.classification)
+                headers = context.response_headers = self._pf_headers(started.classification)
                 async with started:
-                    await self._inner(scope)(scope, receive, send)
+                    await run_bounded(
+                        self._inner(scope), scope, receive, send,
+                        clock=self._controller_clock, headers=headers,
+                        deadline=self._deadline(started, context.digest),
+                    )  # fmt: skip
                 return
             await self._run(started, scope, receive, send)
         elif isinstance(started, Waiter):
@@ -307,7 +322,15 @@ class FlowControlMiddleware:
                 admission.release()
 
         async with admission:
-            await app(scope, receive, send_with_headers)
+            if watch or websocket:
+                await app(scope, receive, send_with_headers)
+                return
+            context = scope[CONTEXT_KEY]
+            assert isinstance(context, RequestContext)
+            await run_bounded(
+                app, scope, receive, send_with_headers, clock=self._controller_clock,
+                deadline=self._deadline(admission, context.digest), headers=[],
+            )  # fmt: skip
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""

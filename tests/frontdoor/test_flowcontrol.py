@@ -211,6 +211,61 @@ def test_watch_list_holds_its_seat_until_the_initial_events_end_bookmark(
                   priority_level="tiny-queue", type="watch") == 1  # fmt: skip
 
 
+TIMEOUT_STATUS = {
+    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+    "message": "Timeout: request did not complete within the allotted timeout",
+    "reason": "Timeout", "code": 504,
+}  # fmt: skip
+
+
+def test_request_timeout_bounds_an_executing_request(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    """requestTimeout (60 s) from arrival: past it, the request is abandoned, the client gets
+    kube's 504 Status and the seat goes back (kube-apiserver's WithTimeoutForNonLongRunning-
+    Requests). The core's clock is fake: only advancing it passes the deadline."""
+    clock: FakeEventClock = gw.app.clock
+    slow = hold(pool, gw, "/queue/hold/t1")
+    wait_until(lambda: "t1" in holding(upstream))
+    gw.call(lambda: clock.advance(59.0))
+    assert level_state(gw, "tiny-queue")["seats"] == 1 and not slow.done()
+    gw.call(lambda: clock.advance(2.0))
+    r = slow.result(timeout=5)
+    assert r.status_code == 504 and r.json() == TIMEOUT_STATUS
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 0, "seats": 0}
+    assert httpx.get(gw.url + "/queue/echo", timeout=3).status_code == 200
+    httpx.get(upstream.url + "/release/t1")
+
+
+def test_a_shorter_timeout_parameter_is_the_deadline(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    clock: FakeEventClock = gw.app.clock
+    slow = hold(pool, gw, "/api/v1/namespaces/ns/hold/t2?timeout=5s")
+    wait_until(lambda: "t2" in holding(upstream))
+    gw.call(lambda: clock.advance(4.0))
+    assert not slow.done()
+    gw.call(lambda: clock.advance(2.0))
+    assert slow.result(timeout=5).json() == TIMEOUT_STATUS
+    assert level_state(gw, "tiny-queue")["seats"] == 0
+    httpx.get(upstream.url + "/release/t2")
+
+
+def test_a_response_under_way_at_its_deadline_has_its_connection_closed(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    clock: FakeEventClock = gw.app.clock
+    with httpx.stream("GET", gw.url + "/queue/stream/1", timeout=5) as r:
+        lines = r.iter_lines()
+        assert r.status_code == 200 and next(lines) == "chunk0"
+        gw.call(lambda: clock.advance(61.0))
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(lines)  # the chunked body never ends: the connection is closed
+    assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 0, "seats": 0}
+    httpx.get(upstream.url + "/release/stream")
+
+
 def test_non_watch_long_running_bypasses_flow_control(gw: ServerThread) -> None:
     r = httpx.get(gw.url + "/api/v1/namespaces/ns/pods/p/exec")
     assert r.status_code == 200
