@@ -55,7 +55,6 @@ from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.reconfigure import Swap, Undo, assign
-from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
 Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
@@ -185,14 +184,12 @@ class FlowControlMiddleware:
         return swap
 
     def wait_limit(self, digest: RequestDigest) -> float:
-        """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
+        """apf-reference 5.7: a quarter of the request deadline (``request_timeout``: a longer
+        ``?timeout=`` does not extend it; a watch has none, so ``requestTimeout``), at most a
+        minute."""
         deadline = self.request_timeout
         if digest.info.verb != "watch":
-            given = digest.info.query_value("timeout")
-            if given:
-                parsed = parse_duration(given)
-                if parsed is not None and parsed > 0:
-                    deadline = parsed
+            deadline = request_timeout(digest.info, deadline)
         return min(deadline / 4, MAX_WAIT)
 
     @property
