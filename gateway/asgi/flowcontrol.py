@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from asyncio import CancelledError, current_task
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -22,8 +23,9 @@ from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
+    request_context,
 )
-from gateway.asgi.deadline import request_timeout, run_bounded
+from gateway.asgi.deadline import Deadlines, past_deadline, request_timeout
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
@@ -43,7 +45,6 @@ from gateway.asgi.watchinit import (
     MarkerScanner,
     initialized_at,
 )
-from gateway.clock import EventClock
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -119,6 +120,8 @@ class FlowControlMiddleware:
         self.error_format = error_format
         self.draining = False
         self._wait_limit = self.wait_limit  # bound once: passed with every request
+        # The deadlines of the requests executing (``gateway.asgi.deadline``).
+        self.deadlines = Deadlines()
 
     @property
     def controller(self) -> FlowController:
@@ -192,10 +195,6 @@ class FlowControlMiddleware:
             deadline = request_timeout(digest.info, deadline)
         return min(deadline / 4, MAX_WAIT)
 
-    @property
-    def _controller_clock(self) -> EventClock:
-        return self.controller.clock
-
     def _deadline(self, admission: Admission, digest: RequestDigest) -> float:
         """When a non-long-running request must be done (``gateway.asgi.deadline``): its
         timeout from arrival, queue wait included."""
@@ -227,11 +226,19 @@ class FlowControlMiddleware:
                 assert isinstance(context, RequestContext)
                 headers = context.response_headers = self._pf_headers(started.classification)
                 async with started:
-                    await run_bounded(
-                        self._inner(scope), scope, receive, send,
-                        clock=self._controller_clock, headers=headers,
-                        deadline=self._deadline(started, context.digest),
-                    )  # fmt: skip
+                    task = current_task()
+                    assert task is not None
+                    deadline = self._deadline(started, context.digest)
+                    self.deadlines.enter(self.controller.clock, task, deadline, context)
+                    try:
+                        await self._inner(scope)(scope, receive, send)
+                    except CancelledError:
+                        if not context.deadline_passed:
+                            raise
+                    finally:
+                        self.deadlines.leave(task)
+                    if context.deadline_passed:
+                        await past_deadline(context, scope, send, headers)
                 return
             await self._run(started, scope, receive, send)
         elif isinstance(started, Waiter):
@@ -289,9 +296,9 @@ class FlowControlMiddleware:
         app = self._inner(scope)
         release_at = -1  # not a watch
         scanner: MarkerScanner | None = None
+        context = request_context(scope)
         if watch:
-            context = scope[CONTEXT_KEY]
-            assert isinstance(context, RequestContext)
+            assert context is not None
             release_at = initialized_at(context.digest.info)
             if release_at == AT_MARKER:
                 scanner = MarkerScanner()
@@ -300,6 +307,8 @@ class FlowControlMiddleware:
             nonlocal release_at
             t = message["type"]
             if t == "http.response.start":
+                if context is not None:
+                    context.response_started = True
                 headers = message.get("headers", ())
                 message["headers"] = [*headers, *pf_headers]
                 if release_at == AT_MARKER and _encoded(headers):
@@ -324,10 +333,19 @@ class FlowControlMiddleware:
                 return
             context = scope[CONTEXT_KEY]
             assert isinstance(context, RequestContext)
-            await run_bounded(
-                app, scope, receive, send_with_headers, clock=self._controller_clock,
-                deadline=self._deadline(admission, context.digest), headers=[],
-            )  # fmt: skip
+            task = current_task()
+            assert task is not None
+            deadline = self._deadline(admission, context.digest)
+            self.deadlines.enter(self.controller.clock, task, deadline, context)
+            try:
+                await app(scope, receive, send_with_headers)
+            except CancelledError:
+                if not context.deadline_passed:
+                    raise
+            finally:
+                self.deadlines.leave(task)
+            if context.deadline_passed:
+                await past_deadline(context, scope, send_with_headers, [])
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
