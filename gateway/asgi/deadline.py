@@ -51,47 +51,48 @@ class Deadlines:
     the caller then answers with ``past_deadline``."""
 
     def __init__(self) -> None:
-        self._live: dict[asyncio.Task[Any], tuple[float, RequestContext]] = {}
+        # task -> (deadline, context); read and written inline by admission's common path.
+        self.live: dict[asyncio.Task[Any], tuple[float, RequestContext]] = {}
         self._clock: EventClock | None = None
         self._timer: Timer | None = None
-        self._armed_at = math.inf
+        self.armed_at = math.inf
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self.live)
 
     def enter(
         self, clock: EventClock, task: asyncio.Task[Any], deadline: float, context: RequestContext
     ) -> None:
-        self._live[task] = (deadline, context)
-        if deadline < self._armed_at:
-            self._arm(clock, deadline)
+        self.live[task] = (deadline, context)
+        if deadline < self.armed_at:
+            self.arm(clock, deadline)
 
     def leave(self, task: asyncio.Task[Any]) -> None:
-        self._live.pop(task, None)
+        self.live.pop(task, None)
 
-    def _arm(self, clock: EventClock, when: float) -> None:
+    def arm(self, clock: EventClock, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._clock = clock
-        self._armed_at = when
+        self.armed_at = when
         self._timer = clock.call_at(when, self._fire)
 
     def _fire(self) -> None:
         clock = self._clock
         assert clock is not None
         self._timer = None
-        self._armed_at = math.inf
+        self.armed_at = math.inf
         now = clock.now()
         upcoming = math.inf
-        for task, (deadline, context) in list(self._live.items()):
+        for task, (deadline, context) in list(self.live.items()):
             if deadline <= now:
-                del self._live[task]
+                del self.live[task]
                 context.deadline_passed = True
                 task.cancel()
             elif deadline < upcoming:
                 upcoming = deadline
         if upcoming < math.inf:
-            self._arm(clock, upcoming)
+            self.arm(clock, upcoming)
 
 
 async def past_deadline(

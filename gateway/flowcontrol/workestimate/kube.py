@@ -160,7 +160,7 @@ def list_seats(
     kube's bool rule): a watch-list; other watches cost the minimum, as in Kubernetes. List
     options that do not decode (``limit=x``) get ``cap``: the request is bound to fail
     validation, and Kubernetes charges it the maximum rather than guess."""
-    if not list_options_decode(info.query):
+    if info.query and not list_options_decode(info.query):
         return cap
     if info.verb == "watch" and not query_bool(info.query, "sendInitialEvents"):
         return config.minimum_seats
