@@ -51,7 +51,7 @@ from gateway.settings.sources import LoadedConfig
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
-                "http_implementation", "tls")  # fmt: skip
+                "http_implementation", "tls", "show_hidden_metrics_for_version")  # fmt: skip
 
 
 class LoopClock:

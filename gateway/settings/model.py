@@ -250,6 +250,10 @@ class GatewaySettings:
     debug_allowed_groups: tuple[str, ...] = ("system:masters",)
     # Empty: /metrics is open to every client, anonymous ones included (what scrapers expect).
     metrics_allowed_groups: tuple[str, ...] = ()
+    # kube-apiserver's --show-hidden-metrics-for-version: the previous minor version of the
+    # Kubernetes release whose metrics the gateway follows (METRICS_KUBERNETES_VERSION) shows
+    # the deprecated metrics that release hides. Read at start.
+    show_hidden_metrics_for_version: Literal["", "1.33"] = ""
     shutdown_grace_period: float = 30.0
     config_poll_interval: float = 2.0
     authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)
