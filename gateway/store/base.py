@@ -46,6 +46,15 @@ class Store(Protocol):
         Raises ``Conflict`` if it exists and ``overwrite`` is false."""
         ...
 
+    async def put_action_json(
+        self, namespace: str, name: str, doc_json: str, *, overwrite: bool
+    ) -> str:
+        """``put_action`` of a document already encoded (compact JSON of an object; the router
+        encodes a large one in its worker process), stamped by the database, not in Python:
+        a write never encodes or decodes tens of MB while holding the GIL. Returns the stored
+        document as JSON text (the PUT's answer)."""
+        ...
+
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def get_action_json(self, namespace: str, name: str) -> str | None:
@@ -144,18 +153,34 @@ def next_version(previous: str | None) -> str:
     return f"{numbers[0]}.{numbers[1]}.{numbers[2] + 1}"
 
 
-def stamp_action(
-    namespace: str, name: str, doc: dict[str, Any], previous: dict[str, Any] | None
+def next_stamp(previous: tuple[Any, Any] | None) -> tuple[str, int]:
+    """``version`` and ``updated`` of a write over ``previous`` (its version and updated, as
+    the database extracts them from the stored document; None: a new action)."""
+    if previous is None:
+        return FIRST_VERSION, now_ms()
+    version, updated = previous
+    try:
+        last = int(updated or 0)
+    except (TypeError, ValueError):
+        last = 0
+    # keep "updated" strictly increasing for the list order
+    return next_version(str(version) if version else None), max(now_ms(), last + 1)
+
+
+def check_object_json(doc_json: str) -> None:
+    """What ``put_action_json`` can check without parsing: compact JSON of an object starts
+    with ``{`` (the database parses it; a malformed one fails there)."""
+    if not doc_json.startswith("{"):
+        raise StoreError("an action document must be the JSON text of an object")
+
+
+async def put_action_doc(
+    store: Store, namespace: str, name: str, doc: dict[str, Any], overwrite: bool
 ) -> dict[str, Any]:
-    stored = dict(doc)
-    stored["namespace"] = namespace
-    stored["name"] = name
-    stored["version"] = next_version(previous.get("version") if previous else None)
-    updated = now_ms()
-    if previous is not None:  # keep "updated" strictly increasing for the list order
-        updated = max(updated, int(previous.get("updated", 0)) + 1)
-    stored["updated"] = updated
-    return stored
+    """``put_action`` through ``put_action_json``: one write path per store."""
+    return load_doc(
+        await store.put_action_json(namespace, name, dump_doc(doc), overwrite=overwrite)
+    )
 
 
 def counted(total: int, skip: int) -> int:

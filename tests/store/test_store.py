@@ -68,6 +68,32 @@ async def test_overwrite_conflict_and_versions(store: Store) -> None:
     assert (await store.put_action("guest", "b", action(), overwrite=True))["version"] == "0.0.1"
 
 
+async def test_put_action_json_is_stamped_by_the_database(store: Store) -> None:
+    """A document the router encoded (its worker, for a large one) is stored as given and
+    stamped in the database: the answer is the stored JSON text, with the names, the next
+    version and ``updated``; what is not a JSON object is refused and nothing is stored."""
+    code = 'def main(a): return a\n# "quotes", \\ and \u00e9 \U0001f600\n'
+    doc = {**action(code), "name": "ignored", "version": "9.9.9"}  # the store's stamp wins
+    text = await store.put_action_json("guest", "j", json.dumps(doc), overwrite=False)
+    stored = json.loads(text)
+    assert {k: stored[k] for k in ("namespace", "name", "version")} == {
+        "namespace": "guest",
+        "name": "j",
+        "version": "0.0.1",
+    }
+    assert stored["exec"]["code"] == code and isinstance(stored["updated"], int)
+    assert await store.get_action("guest", "j") == stored
+    with pytest.raises(Conflict):
+        await store.put_action_json("guest", "j", json.dumps(doc), overwrite=False)
+    again = json.loads(await store.put_action_json("guest", "j", "{}", overwrite=True))
+    assert again["version"] == "0.0.2" and again["updated"] > stored["updated"]
+    assert "exec" not in again  # the new document replaces the old one whole
+    for bad in ("[1]", '{"exec": ', "not json"):
+        with pytest.raises(StoreError):
+            await store.put_action_json("guest", "k", bad, overwrite=True)
+    assert await store.get_action("guest", "k") is None
+
+
 def test_next_version() -> None:
     assert next_version(None) == "0.0.1"
     assert next_version("0.0.9") == "0.0.10"
