@@ -1,7 +1,7 @@
-"""Parsing and checking an action's create/update body, and serializing a large document: pure
-functions the router runs inline for small bodies and in its worker process for large ones
-(``gateway.router.bodies``), so this module imports nothing heavy (the worker is a fresh
-interpreter that imports it)."""
+"""Parsing, checking and encoding an action's create/update body, and serializing a large
+document: pure functions the router runs inline for small bodies and in its worker process for
+large ones (``gateway.router.bodies``), so this module imports nothing heavy (the worker is a
+fresh interpreter that imports it)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,21 @@ def action_document(
     except ApiError as exc:
         return exc.status, exc.message
     except (MemoryError, RecursionError):
+        return 413, TOO_LARGE
+
+
+def action_json(
+    namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
+) -> str | tuple[int, str]:
+    """``action_document`` encoded as the stores keep it (compact JSON): what the router
+    hands to ``Store.put_action_json``, so a large document is encoded here, in the worker
+    process, and never on the router's event loop or in its store thread."""
+    got = action_document(namespace, name, raw, allowed)
+    if isinstance(got, tuple):
+        return got
+    try:
+        return json.dumps(got, separators=(",", ":"))
+    except MemoryError:
         return 413, TOO_LARGE
 
 

@@ -179,14 +179,15 @@ async def put_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     name = request.match_info["name"]
     raw = await read_limited(request, router.settings.max_action_bytes)
-    doc = await router.parser.action(ns, name, raw, router.settings.allowed_pod_template_fields)
+    allowed = router.settings.allowed_pod_template_fields
+    doc_json = await router.parser.action_json(ns, name, raw, allowed)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
-    try:
-        stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
+    try:  # stamped and stored as encoded: the answer is the stored text, never re-encoded
+        stored = await router.store.put_action_json(ns, name, doc_json, overwrite=overwrite)
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json_doc(await router.parser.dumps(stored))
+    return _json_doc(stored.encode())
 
 
 async def get_action(request: web.Request) -> web.Response:
