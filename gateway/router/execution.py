@@ -28,9 +28,10 @@ from gateway.router.activation import (
     Status,
     error_outcome,
 )
+from gateway.router.initbody import init_body, init_digest
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
-from gateway.runtime.app import ALREADY_INITIALIZED, init_digest
+from gateway.runtime.app import ALREADY_INITIALIZED
 from gateway.runtime.logsplit import TRUNCATED
 
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
@@ -170,15 +171,14 @@ class Executor:
         }
         if action.concurrency > 1:
             env["__OW_ALLOW_CONCURRENT"] = "true"
-        body = {
-            "value": {
-                "name": action.name,
-                "main": action.main,
-                "code": action.code,
-                "binary": action.binary,
-                "env": env,
-            }
+        value = {
+            "name": action.name,
+            "main": action.main,
+            "code": action.code,
+            "binary": action.binary,
+            "env": env,
         }
+        body = await init_body(value)  # a slice of the code at a time: the loop stays free
         started = time.monotonic()
         failure: Outcome | None = None
         try:
@@ -190,7 +190,7 @@ class Executor:
                 and isinstance(data, dict)
                 and data.get("error") == ALREADY_INITIALIZED
             )
-            ok = status == 200 or (again and data.get("digest") == init_digest(body["value"]))
+            ok = status == 200 or (again and data.get("digest") == await init_digest(value))
             if answer.length is not None:  # OpenWhisk: a developer error at init
                 failure = error_outcome(Status.DEVELOPER_ERROR, truncated(answer, self.cap))
             elif again and not ok:
@@ -217,15 +217,17 @@ class Executor:
             )
         return failure
 
-    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any]) -> Answer:
-        """POST to the container and read its answer up to the cap: what is beyond is never
-        read (the connection is closed instead), so a result's size costs the router at most
-        the cap, whatever the action returns."""
+    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any] | bytes) -> Answer:
+        """POST to the container (``body`` as JSON; a ``/run`` body, within twice the 1 MiB
+        payload limit, is encoded here) and read its answer up to the cap: what is beyond is
+        never read (the connection is closed instead), so a result's size costs the router at
+        most the cap, whatever the action returns."""
         headers = {"Content-Type": "application/json"}
         if c.secret:
             headers["Authorization"] = "Bearer " + c.secret
         cap = self.cap
-        async with self.http.post(c.url + path, data=json.dumps(body), headers=headers) as resp:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        async with self.http.post(c.url + path, data=data, headers=headers) as resp:
             raw = bytearray()
             declared = resp.content_length
             while len(raw) <= cap:

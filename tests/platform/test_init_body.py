@@ -1,0 +1,46 @@
+"""The ``/init`` body and digest encoded a slice of the code at a time are exactly what one
+``json.dumps`` gives (and what the runtime computes), whatever the slice boundaries cut."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.router.initbody import init_body, init_digest, pieces
+from gateway.runtime import app as runtime
+
+CODES = [
+    "def main(a):\n    return a\n",
+    '#"\n\\' * 1000,  # escape-heavy
+    "é ü 日本 \U0001f600 \u2028 \x00 \x1f" * 300,  # non-ASCII, astral, control characters
+    "x",
+]
+
+
+def value(code: str) -> dict[str, Any]:
+    env = {"__OW_NAMESPACE": "guest", "__OW_ACTION_NAME": "/guest/a", "__OW_ACTION_VERSION": "1"}
+    return {"name": "a", "main": "main", "code": code, "binary": False, "env": env}
+
+
+@pytest.mark.parametrize("code", CODES)
+@pytest.mark.parametrize("size", [1, 7, 4096, 10**9])
+def test_pieces_join_to_one_dumps(code: str, size: int) -> None:
+    v = value(code)
+    assert "".join(pieces(v, "code", size)) == json.dumps(v)
+    canonical = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
+    assert "".join(pieces(v, "code", size, **canonical)) == json.dumps(v, **canonical)
+
+
+@pytest.mark.parametrize("code", CODES)
+async def test_body_and_digest_match_the_runtime(code: str) -> None:
+    v = value(code)
+    assert json.loads(await init_body(v)) == {"value": v}
+    assert await init_body(v) == json.dumps({"value": v}).encode()
+    assert await init_digest(v) == runtime.init_digest(v)
+
+
+def test_the_long_member_must_be_a_string() -> None:
+    with pytest.raises(ValueError, match="'code' is not a string member"):
+        list(pieces({"code": 5}, "code"))
