@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import signal
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +24,7 @@ from gateway.platform import internal_token
 from gateway.supervision import Spec, StartError, Supervisor
 from tests.support.wait import async_wait_for
 
+T = TypeVar("T")
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
 SLOW = """
@@ -250,3 +254,27 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+async def slowest_livez(url: str, work: Callable[[], T]) -> tuple[T, float]:
+    """Run ``work`` (in a thread) while another thread asks ``url/livez`` back to back: its
+    result and the slowest answer, what a lease renewal on the router's loop would wait."""
+    slowest = 0.0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal slowest
+        with httpx.Client(timeout=60) as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                assert c.get(url + "/livez").status_code == 200
+                slowest = max(slowest, time.perf_counter() - t0)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        result = await asyncio.to_thread(work)
+    finally:
+        done.set()
+        poller.join()
+    return result, slowest
