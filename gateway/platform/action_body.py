@@ -61,15 +61,15 @@ def action_document(
 
 def action_json(
     namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
-) -> str | tuple[int, str]:
-    """``action_document`` encoded as the stores keep it (compact JSON): what the router
+) -> bytes | tuple[int, str]:
+    """``action_document`` encoded as the stores keep it (compact UTF-8 JSON): what the router
     hands to ``Store.put_action_json``, so a large document is encoded here, in the worker
     process, and never on the router's event loop or in its store thread."""
     got = action_document(namespace, name, raw, allowed)
     if isinstance(got, tuple):
         return got
     try:
-        return json.dumps(got, separators=(",", ":"))
+        return json.dumps(got, separators=(",", ":")).encode()
     except MemoryError:
         return 413, TOO_LARGE
 
@@ -94,7 +94,7 @@ def dump(doc: dict[str, Any]) -> bytes | tuple[int, str]:
         return 413, TOO_LARGE
 
 
-def load(text: str) -> dict[str, Any] | tuple[int, str]:
+def load(text: str | bytes) -> dict[str, Any] | tuple[int, str]:
     """A stored action document parsed, or ``(500, why)`` if it is not a JSON object."""
     try:
         doc = json.loads(text)

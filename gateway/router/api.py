@@ -187,7 +187,7 @@ async def put_action(request: web.Request) -> web.Response:
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json_doc(stored.encode())
+    return _json_doc(stored)
 
 
 async def get_action(request: web.Request) -> web.Response:

@@ -66,10 +66,10 @@ class Parser:
 
     async def action_json(
         self, namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
-    ) -> str:
+    ) -> bytes:
         """A PUT body checked and encoded as the store keeps it (``Store.put_action_json``):
-        a large one parsed, checked and encoded in the worker; only the JSON text comes back
-        (unpickling 45 MB of ASCII text is a copy, a few ms)."""
+        a large one parsed, checked and encoded in the worker; only the JSON comes back, as
+        bytes (unpickled by a copy; a ``str`` would be decoded, holding the GIL)."""
         if len(raw) <= INLINE_BYTES:
             got = action_json(namespace, name, raw, allowed)
         else:
@@ -78,7 +78,7 @@ class Parser:
             raise ApiError(*got)
         return got
 
-    async def loads(self, text: str) -> dict[str, Any]:
+    async def loads(self, text: bytes) -> dict[str, Any]:
         """A stored action document (``Store.get_action_json``); a large one is parsed in the
         worker. ``StoreError`` if it is not a JSON object (a broken store)."""
         got = load(text) if len(text) <= INLINE_BYTES else await self._in_worker(load, text)

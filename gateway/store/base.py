@@ -47,19 +47,20 @@ class Store(Protocol):
         ...
 
     async def put_action_json(
-        self, namespace: str, name: str, doc_json: str, *, overwrite: bool
-    ) -> str:
-        """``put_action`` of a document already encoded (compact JSON of an object; the router
-        encodes a large one in its worker process), stamped by the database, not in Python:
-        a write never encodes or decodes tens of MB while holding the GIL. Returns the stored
-        document as JSON text (the PUT's answer)."""
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
+        """``put_action`` of a document already encoded (compact UTF-8 JSON of an object; the
+        router encodes a large one in its worker process), stamped by the database, not in
+        Python: a write never encodes or decodes tens of MB while holding the GIL. Returns the
+        stored document's JSON (the PUT's answer as it is)."""
         ...
 
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
-        """The stored document as its JSON text, unparsed: the router parses a large one (tens
-        of MB of code) in its worker process, not on its event loop."""
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
+        """The stored document as its JSON text in UTF-8, unparsed and undecoded (bytes: the
+        database's own text, copied, never decoded to ``str`` holding the GIL): the router
+        parses a large one (tens of MB of code) in its worker process."""
         ...
 
     async def list_actions(
@@ -167,10 +168,10 @@ def next_stamp(previous: tuple[Any, Any] | None) -> tuple[str, int]:
     return next_version(str(version) if version else None), max(now_ms(), last + 1)
 
 
-def check_object_json(doc_json: str) -> None:
+def check_object_json(doc_json: bytes) -> None:
     """What ``put_action_json`` can check without parsing: compact JSON of an object starts
     with ``{`` (the database parses it; a malformed one fails there)."""
-    if not doc_json.startswith("{"):
+    if not doc_json.startswith(b"{"):
         raise StoreError("an action document must be the JSON text of an object")
 
 
@@ -179,7 +180,7 @@ async def put_action_doc(
 ) -> dict[str, Any]:
     """``put_action`` through ``put_action_json``: one write path per store."""
     return load_doc(
-        await store.put_action_json(namespace, name, dump_doc(doc), overwrite=overwrite)
+        await store.put_action_json(namespace, name, dump_doc(doc).encode(), overwrite=overwrite)
     )
 
 
@@ -231,7 +232,7 @@ def dump_doc(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def load_doc(text: str) -> dict[str, Any]:
+def load_doc(text: str | bytes) -> dict[str, Any]:
     doc = json.loads(text)
     if not isinstance(doc, dict):
         raise StoreError("a stored document is not a JSON object")

@@ -172,8 +172,8 @@ class PostgresStore:
         return await put_action_doc(self, namespace, name, doc, overwrite)
 
     async def put_action_json(
-        self, namespace: str, name: str, doc_json: str, *, overwrite: bool
-    ) -> str:
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
         """The server reads the previous version and stamps the document (``||`` on JSONB):
         no document is decoded or encoded here, on the event loop."""
         import asyncpg  # noqa: PLC0415 - optional asyncpg
@@ -196,17 +196,18 @@ class PostgresStore:
                 version, updated = next_stamp(None if previous is None else tuple(previous))
                 stored = await conn.fetchval(
                     f"INSERT INTO {self._actions} (namespace, name, updated, doc) "
-                    "VALUES ($1, $2, $3, $4::jsonb || jsonb_build_object('namespace', $1::text, "
-                    "'name', $2::text, 'version', $5::text, 'updated', $3::bigint)) "
-                    "ON CONFLICT (namespace, name) DO UPDATE "
-                    "SET updated = excluded.updated, doc = excluded.doc RETURNING doc::text",
+                    "VALUES ($1, $2, $3, convert_from($4::bytea, 'UTF8')::jsonb || "
+                    "jsonb_build_object('namespace', $1::text, 'name', $2::text, "
+                    "'version', $5::text, 'updated', $3::bigint)) "
+                    "ON CONFLICT (namespace, name) DO UPDATE SET updated = excluded.updated, "
+                    "doc = excluded.doc RETURNING convert_to(doc::text, 'UTF8')",
                     namespace,
                     name,
                     updated,
                     doc_json,
                     version,
                 )
-                return str(stored)
+                return bytes(stored)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise _failure(exc) from exc
 
@@ -216,13 +217,14 @@ class PostgresStore:
         )
         return load_doc(rows[0][0]) if rows else None
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
         rows = await self._fetch(
-            f"SELECT doc::text FROM {self._actions} WHERE namespace = $1 AND name = $2",
+            f"SELECT convert_to(doc::text, 'UTF8') FROM {self._actions} "
+            "WHERE namespace = $1 AND name = $2",
             namespace,
             name,
         )
-        return str(rows[0][0]) if rows else None
+        return bytes(rows[0][0]) if rows else None
 
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0

@@ -183,13 +183,14 @@ class SQLiteStore:
         return await put_action_doc(self, namespace, name, doc, overwrite)
 
     async def put_action_json(
-        self, namespace: str, name: str, doc_json: str, *, overwrite: bool
-    ) -> str:
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
         check_object_json(doc_json)
 
         # SQLite's JSON functions read the previous version and stamp the new document, in
-        # C with the GIL released (the sqlite3 module drops it while a statement runs)
-        def put(conn: sqlite3.Connection) -> str:
+        # C with the GIL released (the sqlite3 module drops it while a statement runs); the
+        # text goes in and out as bytes (a blob cast), never decoded to a str here
+        def put(conn: sqlite3.Connection) -> bytes:
             previous = conn.execute(
                 "SELECT json_extract(doc, '$.version'), json_extract(doc, '$.updated') "
                 "FROM actions WHERE namespace = ? AND name = ?",
@@ -200,12 +201,12 @@ class SQLiteStore:
             version, updated = next_stamp(previous)
             row = conn.execute(
                 "INSERT INTO actions (namespace, name, updated, doc) VALUES (?, ?, ?, "
-                "json_set(?, '$.namespace', ?, '$.name', ?, '$.version', ?, '$.updated', ?)) "
-                "ON CONFLICT (namespace, name) DO UPDATE SET "
-                "updated = excluded.updated, doc = excluded.doc RETURNING doc",
+                "json_set(CAST(? AS TEXT), '$.namespace', ?, '$.name', ?, '$.version', ?, "
+                "'$.updated', ?)) ON CONFLICT (namespace, name) DO UPDATE SET "
+                "updated = excluded.updated, doc = excluded.doc RETURNING CAST(doc AS BLOB)",
                 (namespace, name, updated, doc_json, namespace, name, version, updated),
             ).fetchone()
-            return str(row[0])
+            return bytes(row[0])
 
         return await self._call(self._write, put)
 
@@ -218,12 +219,13 @@ class SQLiteStore:
 
         return await self._call(get)
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
-        def get() -> str | None:
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
+        def get() -> bytes | None:
             row = self.conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+                "SELECT CAST(doc AS BLOB) FROM actions WHERE namespace = ? AND name = ?",
+                (namespace, name),
             ).fetchone()
-            return str(row[0]) if row else None
+            return bytes(row[0]) if row else None
 
         return await self._call(get)
 
