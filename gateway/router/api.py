@@ -34,7 +34,7 @@ from gateway.router.app import (
     Router,
     lifecycle,
 )
-from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited
+from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited, send_json
 from gateway.router.invoker import ProxyTo, Throttled
 from gateway.store import Conflict, StoreError
 from gateway.store.outage import RETRY_AFTER, StoreUnavailable
@@ -70,10 +70,6 @@ def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
         content_type="application/json",
         headers=headers,
     )
-
-
-def _json_doc(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
 
 
 @web.middleware
@@ -175,7 +171,7 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 
 
 # ---- actions -----------------------------------------------------------------------------
-async def put_action(request: web.Request) -> web.Response:
+async def put_action(request: web.Request) -> web.StreamResponse:
     router, _, ns = _context(request)
     name = request.match_info["name"]
     raw = await read_limited(request, router.settings.max_action_bytes)
@@ -187,10 +183,10 @@ async def put_action(request: web.Request) -> web.Response:
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json_doc(stored)
+    return await send_json(request, stored)
 
 
-async def get_action(request: web.Request) -> web.Response:
+async def get_action(request: web.Request) -> web.StreamResponse:
     router, _, ns = _context(request)
     with_code = _flag(request, "code", True)
     text = await router.store.get_action_json(ns, request.match_info["name"])
@@ -199,7 +195,7 @@ async def get_action(request: web.Request) -> web.Response:
     doc = await router.parser.loads(text)
     if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
         doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
-    return _json_doc(await router.parser.dumps(doc))
+    return await send_json(request, await router.parser.dumps(doc))
 
 
 async def delete_action(request: web.Request) -> web.Response:

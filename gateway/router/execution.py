@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,12 +178,12 @@ class Executor:
             "binary": action.binary,
             "env": env,
         }
-        body = await init_body(value)  # a slice of the code at a time: the loop stays free
         started = time.monotonic()
         failure: Outcome | None = None
         try:
             async with asyncio.timeout(limit):
-                answer = await self._post(c, "/init", body)
+                # encoded and sent a slice of the code at a time: the loop stays free
+                answer = await self._post(c, "/init", init_body(value))
             status, data = answer.status, answer.data
             again = (
                 status == 403
@@ -217,16 +217,18 @@ class Executor:
             )
         return failure
 
-    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any] | bytes) -> Answer:
+    async def _post(
+        self, c: WarmContainer, path: str, body: dict[str, Any] | AsyncIterator[bytes]
+    ) -> Answer:
         """POST to the container (``body`` as JSON; a ``/run`` body, within twice the 1 MiB
-        payload limit, is encoded here) and read its answer up to the cap: what is beyond is
-        never read (the connection is closed instead), so a result's size costs the router at
-        most the cap, whatever the action returns."""
+        payload limit, is encoded here; an iterator is sent chunked) and read its answer up
+        to the cap: what is beyond is never read (the connection is closed instead), so a
+        result's size costs the router at most the cap, whatever the action returns."""
         headers = {"Content-Type": "application/json"}
         if c.secret:
             headers["Authorization"] = "Bearer " + c.secret
         cap = self.cap
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
         async with self.http.post(c.url + path, data=data, headers=headers) as resp:
             raw = bytearray()
             declared = resp.content_length
