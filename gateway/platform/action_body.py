@@ -23,7 +23,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TOO_LARGE = "The request content is too large or too deeply nested to parse."
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     """A body as JSON (``{}`` when empty), or 400 with OpenWhisk's text."""
     if not raw:
         return {}
@@ -45,7 +45,7 @@ def check_action(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def action_document(
-    namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
+    namespace: str, name: str, raw: bytes | bytearray, allowed: frozenset[str] = frozenset()
 ) -> dict[str, Any] | tuple[int, str]:
     """Parse and validate a PUT body (``allowed``: the pod template fields tenants may set):
     the document, or ``(status, message)`` to answer (an exception would not survive the trip
@@ -60,7 +60,7 @@ def action_document(
 
 
 def action_json(
-    namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
+    namespace: str, name: str, raw: bytes | bytearray, allowed: frozenset[str] = frozenset()
 ) -> bytes | tuple[int, str]:
     """``action_document`` encoded as the stores keep it (compact UTF-8 JSON): what the router
     hands to ``Store.put_action_json``, so a large document is encoded here, in the worker

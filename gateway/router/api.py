@@ -34,7 +34,7 @@ from gateway.router.app import (
     Router,
     lifecycle,
 )
-from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited, send_json
+from gateway.router.bodies import MAX_PLATFORM_BYTES, read_buffer, read_limited, send_json
 from gateway.router.invoker import ProxyTo, Throttled
 from gateway.store import Conflict, StoreError
 from gateway.store.outage import RETRY_AFTER, StoreUnavailable
@@ -174,7 +174,7 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 async def put_action(request: web.Request) -> web.StreamResponse:
     router, _, ns = _context(request)
     name = request.match_info["name"]
-    raw = await read_limited(request, router.settings.max_action_bytes)
+    raw = await read_buffer(request, router.settings.max_action_bytes)
     allowed = router.settings.allowed_pod_template_fields
     doc_json = await router.parser.action_json(ns, name, raw, allowed)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
