@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.router.initbody import init_body, init_digest, pieces
+from gateway.router.initbody import SLICE_CHARS, init_body, init_digest, pieces
 from gateway.runtime import app as runtime
 
 CODES = [
@@ -40,6 +40,14 @@ async def test_body_and_digest_match_the_runtime(code: str) -> None:
     assert body == json.dumps({"value": v}).encode()
     assert json.loads(body) == {"value": v}
     assert await init_digest(v) == runtime.init_digest(v)
+
+
+async def test_a_large_code_is_sent_a_slice_at_a_time() -> None:
+    """48 MB are never one piece: each is at most a slice of code, escaped (6 bytes a char at
+    worst), so the loop is never held for more than one slice's encoding."""
+    code = '"\\' * (4 * SLICE_CHARS)
+    sizes = [len(piece) async for piece in init_body(value(code))]
+    assert len(sizes) > 8 and max(sizes) <= 6 * SLICE_CHARS + 200, sizes[:5]
 
 
 def test_the_long_member_must_be_a_string() -> None:

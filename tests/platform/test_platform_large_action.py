@@ -14,7 +14,7 @@ MIB = 1024 * 1024
 # 48 MiB body, within the 50 MiB action limit; JSON encoding it holds the GIL for most of a
 # second. One line: the runtime compiles it in about 200 MB (12 M lines would take 1 GB)
 CODE = "def main(args):\n    return {'ok': True}\n#" + '"\\' * (12 * MIB) + "\n"
-BOUND = 0.3  # seconds; measured here 0.07-0.16 s; main 0.42-0.48 s (PUTs), 0.24-0.47 s (cold)
+BOUND = 0.2  # seconds; measured here 0.08-0.10 (PUTs), 0.03-0.07 (cold); main below
 
 
 async def test_livez_answers_during_a_large_put_and_its_cold_start(
@@ -24,7 +24,9 @@ async def test_livez_answers_during_a_large_put_and_its_cold_start(
     the store (``put_action_json``); the overwrite reads the previous version in SQL; the
     cold invoke's ``/init`` body is encoded a slice at a time. On main the store encoded the
     document (and decoded the previous one) holding the GIL, and ``/init`` was one
-    ``json.dumps`` on the event loop. The bound is generous (a loaded CI machine)."""
+    ``json.dumps`` on the event loop: measured on main 0.28-0.49 s during the PUTs (it fails
+    here) and 0.14-0.19 s during the cold invoke (0.24-0.47 s on a loaded machine; the bound
+    does not always catch that part: ``test_init_body`` does). Twice what this tree took."""
     platform.start_manager()
     r = platform.start_router("r1")
     body = json.dumps({"exec": {"kind": "python:3", "code": CODE}, "limits": {"memory": 512}})
