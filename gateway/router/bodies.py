@@ -86,6 +86,7 @@ class Parser:
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._starting = asyncio.Lock()
 
     async def action_json(
         self,
@@ -125,20 +126,34 @@ class Parser:
         return got
 
     async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=limit_worker,
-                initargs=(os.getpid(),),
-            )
         loop = asyncio.get_running_loop()
         try:
+            async with self._starting:  # one worker, however many large requests come at once
+                if self._pool is None:
+                    self._pool = await asyncio.to_thread(self._start)
             return await loop.run_in_executor(self._pool, fn, *args)
         except concurrent.futures.process.BrokenProcessPool:
             log.error("the worker process for large JSON died; starting another")
             self.close()
             return 413, TOO_LARGE
+
+    @staticmethod
+    def _start() -> concurrent.futures.ProcessPoolExecutor:
+        """The worker, started and answering (in a thread: spawning it and multiprocessing's
+        resource tracker runs in the caller, about 0.1 s, which on the loop would be a stall
+        of its own)."""
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=limit_worker,
+            initargs=(os.getpid(),),
+        )
+        try:
+            pool.submit(os.getpid).result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return pool
 
     def close(self) -> None:
         if self._pool is not None:
