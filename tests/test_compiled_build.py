@@ -69,7 +69,7 @@ INTERPRETED_IMPORTS = {
     "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
-    "gateway.flowcontrol.workestimate.rules", "gateway.http.types",
+    "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.http.websocket",
     "gateway.settings.model", "gateway.reconfigure",
     # queued requests only (read-ahead budget, body framing), after a burst (trim), one list
     # response per collection and interval (list counting)

@@ -22,6 +22,7 @@ from gateway.metrics.frontdoor import histogram_buckets
 
 PREFIX = "apiserver_authentication_config_controller_automatic_reload"
 WEBHOOK_BUCKETS = (0.25, 0.5, 0.7, 1.0, 1.5, 3.0, 5.0, 10.0)
+# HELP texts carry kube's stability prefix, as gateway.metrics.apf's do (all of these are ALPHA).
 # kube's oidc metrics: "default histogram buckets with a 1ms starting point"
 JWT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -68,14 +69,14 @@ class AuthenticationMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         # kube's name has no _total (component-base counters); the sample keeps it so
         attempts = Metric(
-            "authentication_attempts", "Counter of authenticated attempts.", "counter"
+            "authentication_attempts", "[ALPHA] Counter of authenticated attempts.", "counter"
         )
         for result, n in self.attempts.items():
             attempts.add_sample("authentication_attempts", {"result": result}, n)
         yield attempts
         durations = HistogramMetricFamily(
             "authentication_duration_seconds",
-            "Authentication duration in seconds broken out by result.",
+            "[ALPHA] Authentication duration in seconds broken out by result.",
             labels=["result"],
         )
         for result, h in sorted(self.durations.items()):
@@ -83,7 +84,7 @@ class AuthenticationMetrics(Collector):
         yield durations
         jwt = HistogramMetricFamily(
             "apiserver_authentication_jwt_authenticator_latency_seconds",
-            "Latency of jwt authentication operations in seconds. This is the time spent "
+            "[ALPHA] Latency of jwt authentication operations in seconds. This is the time spent "
             "authenticating a token for cache miss only (i.e. when the token is not found in "
             "the cache).",
             labels=["result", "jwt_issuer_hash"],
@@ -93,8 +94,8 @@ class AuthenticationMetrics(Collector):
         yield jwt
         total = CounterMetricFamily(
             f"{PREFIX}s",
-            "Total number of automatic reloads of authentication configuration split by status "
-            "and apiserver identity.",
+            "[ALPHA] Total number of automatic reloads of authentication configuration split by "
+            "status and apiserver identity.",
             labels=["apiserver_id_hash", "status"],
         )
         for status, n in self.reloads.items():
@@ -102,8 +103,8 @@ class AuthenticationMetrics(Collector):
         yield total
         last = GaugeMetricFamily(
             f"{PREFIX}_last_timestamp_seconds",
-            "Timestamp of the last automatic reload of authentication configuration split by "
-            "status and apiserver identity.",
+            "[ALPHA] Timestamp of the last automatic reload of authentication configuration "
+            "split by status and apiserver identity.",
             labels=["apiserver_id_hash", "status"],
         )
         for status, when in sorted(self.last.items()):
@@ -111,7 +112,7 @@ class AuthenticationMetrics(Collector):
         yield last
         requests = CounterMetricFamily(
             "apiserver_delegated_authn_request",
-            "Number of HTTP requests partitioned by status code.",
+            "[ALPHA] Number of HTTP requests partitioned by status code.",
             labels=["code"],
         )
         for code, n in sorted(self.webhook_requests.items()):
@@ -119,7 +120,7 @@ class AuthenticationMetrics(Collector):
         yield requests
         latency = HistogramMetricFamily(
             "apiserver_delegated_authn_request_duration_seconds",
-            "Request latency in seconds. Broken down by status code.",
+            "[ALPHA] Request latency in seconds. Broken down by status code.",
             labels=["code"],
         )
         for code, h in sorted(self.webhook_latency.items()):
