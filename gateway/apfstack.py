@@ -35,7 +35,8 @@ def build_controller(
         clock=clock, server_concurrency_limit=s.server_concurrency_limit,
         config=loaded.effective, mandatory=bootstrap.mandatory(),
     )  # fmt: skip
-    endpoints.registry.register(APFMetrics(controller))
+    show_hidden = bool(s.show_hidden_metrics_for_version)
+    endpoints.registry.register(APFMetrics(controller, show_hidden=show_hidden))
     wall_offset = time.time() - time.monotonic()
     endpoints.dumps = {
         "dump_priority_levels": lambda _details: debug.dump_priority_levels(controller),

@@ -32,6 +32,7 @@ from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.http.websocket import http_send
+from gateway.metrics.authn import AuthenticationMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -39,6 +40,7 @@ from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_tran
 from gateway.proxy.upstream_tls import UpstreamTLS
 from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
+from gateway.serving.h2_select import http2_mixin
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
 from gateway.serving.tls import ServerTLS
@@ -49,7 +51,7 @@ from gateway.settings.sources import LoadedConfig
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
-                "http_implementation", "tls")  # fmt: skip
+                "http_implementation", "tls", "show_hidden_metrics_for_version")  # fmt: skip
 
 
 class LoopClock:
@@ -109,6 +111,14 @@ class Gateway:
         self.describer = RequestDescriber.from_settings(
             settings.authentication, settings.route_templates
         )
+        self.authn_metrics = AuthenticationMetrics(time.time)
+        self.registry.register(self.authn_metrics)
+        self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
+        self.describer.on_webhook_request = self.authn_metrics.observe_webhook
+        self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
+        self.describer.wire(self.describer.authenticator)
+        self.authn_metrics.attempts = self.describer.attempts
+        self.authn_metrics.durations = self.describer.durations
         p = settings.proxy
         upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(
@@ -260,6 +270,9 @@ class Gateway:
             if _wants_certs(new) and not self.client_limits.peer_certificates:
                 log.warning("client CA files added; the listener asks for certificates after "
                             "a restart")  # fmt: skip
+            h2c = self.running_since_start.client.http2.prior_knowledge
+            if new.client.http2.prior_knowledge != h2c:  # it picks the listener's protocol class
+                log.warning("client.http2.priorKnowledge changed; it takes effect after a restart")
 
         return commit
 
@@ -293,6 +306,9 @@ class Gateway:
             except BadPath as exc:
                 await send_refused(scope, http_send(scope, send), exc, self.error_format)
                 return
+            prefetch = self.describer.authenticator.prefetch
+            if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
+                await prefetch(scope)
         await self.health(scope, receive, send)  # the probes; everything else goes to admission
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -340,9 +356,14 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
     host, listen_port = s.host_port
     tls = gateway.tls
     ws = s.proxy.websocket
+    # h2c only when asked: without it the plain listener runs the HTTP/1.1 classes unchanged.
+    # A TLS listener takes http2_mixin(...) always (ALPN "h2"; gateway/serving/h2_select.py).
+    prior_knowledge = s.client.http2.prior_knowledge
+    http2 = http2_mixin(prior_knowledge) if prior_knowledge or tls is not None else None
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
+        http=protocol_class(s.http_implementation, gateway.client_limits, http2=http2),
+        lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),

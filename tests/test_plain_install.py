@@ -32,6 +32,9 @@ EXTRA_USERS = {
     "gateway.manager.backends.k8s.supervise": "kubernetes",
     "gateway.manager.backends.k8s.watch": "kubernetes",
     "gateway.store.postgres": "postgres",  # asyncpg at function level
+    "gateway.asgi.jwtauth": "jwt",
+    "gateway.asgi.jwtkeys": "jwt",
+    "gateway.asgi.jws": "jwt",
 }
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 

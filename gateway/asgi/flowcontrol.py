@@ -3,7 +3,7 @@
 A thin shell around the core (``gateway.flowcontrol``), as kube-apiserver's
 ``priority-and-fairness.go`` is: describe, classify, estimate, admit (run now, queue, or 429),
 set the ``X-Kubernetes-PF-*`` headers, release the seats when the response is done - or, for a
-watch, when its first body chunk is out; for a websocket, when the handshake is answered.
+watch, once it is initialized (``watchinit``); for a websocket, when the handshake is answered.
 Non-watch long-running requests (exec, proxy, logs, ...) bypass flow control, as in Kubernetes.
 
 A request that may have to wait also listens for its client: if the client leaves while queued,
@@ -16,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from asyncio import CancelledError, current_task
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
+    request_context,
 )
+from gateway.asgi.deadline import Deadlines, past_deadline, request_timeout
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
@@ -38,6 +41,13 @@ from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.asgi.trim import release_free_memory
+from gateway.asgi.watchinit import (
+    AT_FIRST_CHUNK,
+    AT_HEADERS,
+    AT_MARKER,
+    MarkerScanner,
+    initialized_at,
+)
 from gateway.clock import Timer
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
@@ -52,7 +62,6 @@ from gateway.http.framing import has_body
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, Undo, assign
-from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
 Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
@@ -124,6 +133,8 @@ class FlowControlMiddleware:
         self.read_ahead = ReadAheadBudget(max_queued_body_bytes, on_drained=self._drained)
         self._trimming: Timer | None = None
         self._wait_limit = self.wait_limit  # bound once: passed with every request
+        # The deadlines of the requests executing (``gateway.asgi.deadline``).
+        self.deadlines = Deadlines()
 
     @property
     def controller(self) -> FlowController:
@@ -203,15 +214,21 @@ class FlowControlMiddleware:
         release_free_memory()
 
     def wait_limit(self, digest: RequestDigest) -> float:
-        """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
+        """apf-reference 5.7: a quarter of the request deadline (``request_timeout``: a longer
+        ``?timeout=`` does not extend it; a watch has none, so ``requestTimeout``), at most a
+        minute."""
         deadline = self.request_timeout
         if digest.info.verb != "watch":
-            given = digest.info.query_value("timeout")
-            if given:
-                parsed = parse_duration(given)
-                if parsed is not None and parsed > 0:
-                    deadline = parsed
+            deadline = request_timeout(digest.info, deadline)
         return min(deadline / 4, MAX_WAIT)
+
+    def _deadline(self, admission: Admission, digest: RequestDigest) -> float:
+        """When a non-long-running request must be done (``gateway.asgi.deadline``): its
+        timeout from arrival, queue wait included."""
+        info = digest.info
+        if not info.query:  # most requests: no ?timeout= to read
+            return admission.request.arrival_time + self.request_timeout
+        return admission.request.arrival_time + request_timeout(info, self.request_timeout)
 
     def drain(self) -> None:
         """Shutdown: refuse everything queued (429) and let nothing new wait."""
@@ -237,9 +254,26 @@ class FlowControlMiddleware:
                 # (kept under 1% for the APF on/off target, docs/performance.md).
                 context = scope[CONTEXT_KEY]
                 assert isinstance(context, RequestContext)
-                context.response_headers = self._pf_headers(started.classification)
+                headers = context.response_headers = self._pf_headers(started.classification)
                 async with started:
-                    await self._inner(scope)(scope, receive, send)
+                    task = current_task()
+                    assert task is not None
+                    deadline = self._deadline(started, context.digest)
+                    # Deadlines.enter and .leave inlined: two Python calls per request in the
+                    # compiled build (kept: >= 1% of APF-on instructions, docs/performance.md).
+                    deadlines = self.deadlines
+                    deadlines.live[task] = (deadline, context)
+                    if deadline < deadlines.armed_at:
+                        deadlines.arm(started.controller.clock, deadline)
+                    try:
+                        await self._inner(scope)(scope, receive, send)
+                    except CancelledError:
+                        if not context.deadline_passed:
+                            raise
+                    finally:
+                        deadlines.live.pop(task, None)
+                    if context.deadline_passed:
+                        await past_deadline(context, scope, send, headers)
                 return
             await self._run(started, scope, receive, send)
         elif isinstance(started, Waiter):
@@ -286,27 +320,65 @@ class FlowControlMiddleware:
 
     async def _run(self, admission: Admission, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app holding the seats, adding the PF headers to its response; a watch gives
-        its seats back once its first body chunk is out, a websocket once answered."""
+        its seats back once initialized (``gateway.asgi.watchinit``), a websocket once
+        answered."""
         websocket = scope["type"] == "websocket"
         watch = admission.watch
         pf_headers = self._pf_headers(admission.classification)
         app = self._inner(scope)
+        release_at = -1  # not a watch
+        scanner: MarkerScanner | None = None
+        context = request_context(scope)
+        if watch:
+            assert context is not None
+            release_at = initialized_at(context.digest.info)
+            if release_at == AT_MARKER:
+                scanner = MarkerScanner()
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal release_at
             t = message["type"]
             if t in _HEADERS_MESSAGES:
-                message["headers"] = [*message.get("headers", ()), *pf_headers]
-                if t == "http.response.start":
-                    await send(message)
-                    return
-            if (watch and t == "http.response.body") or (websocket and t in ANSWERED):
+                headers = message.get("headers", ())
+                message["headers"] = [*headers, *pf_headers]
+            if t == "http.response.start":
+                if context is not None:
+                    context.response_started = True
+                if release_at == AT_MARKER and _encoded(headers):
+                    release_at = AT_FIRST_CHUNK  # a compressed stream hides the marker
                 await send(message)
-                admission.release()  # initial phase over: the seats go back
+                if release_at == AT_HEADERS:
+                    admission.release()  # no initial events: established is initialized
+                return
+            if t == "http.response.body" and release_at >= AT_FIRST_CHUNK:
+                await send(message)
+                if scanner is None or scanner.feed(message.get("body", b"")):
+                    admission.release()  # initial events out: the seats go back
+                    release_at = -1
                 return
             await send(message)
+            if websocket and t in ANSWERED:
+                admission.release()  # answered: the handshake's seats go back
 
         async with admission:
-            await app(scope, receive, send_with_headers)
+            if watch or websocket:
+                await app(scope, receive, send_with_headers)
+                return
+            context = scope[CONTEXT_KEY]
+            assert isinstance(context, RequestContext)
+            task = current_task()
+            assert task is not None
+            deadline = self._deadline(admission, context.digest)
+            self.deadlines.enter(self.controller.clock, task, deadline, context)
+            try:
+                await app(scope, receive, send_with_headers)
+            except CancelledError:
+                if not context.deadline_passed:
+                    raise
+            finally:
+                self.deadlines.leave(task)
+            if context.deadline_passed:
+                await past_deadline(context, scope, send_with_headers, [])
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
@@ -349,6 +421,13 @@ class FlowControlMiddleware:
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
             priority_level=rejected.classification.priority_level, reason=rejected.reason,
         )  # fmt: skip
+
+
+def _encoded(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            return True
+    return False
 
 
 async def _abandon(

@@ -114,6 +114,24 @@ FLAGS: list[tuple[str, str, str, str]] = [
         'static bearer tokens, CSV token,user,uid,"group1,group2"',
     ),
     (
+        "--authentication-config",
+        "authentication.authenticationConfig",
+        "FILE",
+        "kube's AuthenticationConfiguration (jwt authenticators; needs the jwt extra)",
+    ),
+    (
+        "--authentication-token-webhook-config-file",
+        "authentication.webhook.configFile",
+        "FILE",
+        "kubeconfig of a TokenReview webhook that authenticates bearer tokens",
+    ),
+    (
+        "--authentication-token-webhook-cache-ttl",
+        "authentication.webhook.cacheTTL",
+        "DURATION",
+        "how long the webhook's answers (yes and no) are cached (default 2m)",
+    ),
+    (
         "--openwhisk-keys-file",
         "authentication.openwhiskKeysFile",
         "FILE",
@@ -196,6 +214,19 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "client.maxQueuedBodyBytes",
         "N",
         "request body all queued requests may read ahead together (default 33554432)",
+    ),
+    (
+        "--http2-prior-knowledge",
+        "client.http2.priorKnowledge",
+        "BOOL",
+        "serve h2c (HTTP/2 without TLS) to clients that start with the HTTP/2 preface "
+        "(default false); needs a restart",
+    ),
+    (
+        "--http2-max-streams-per-connection",
+        "client.http2.maxStreamsPerConnection",
+        "N",
+        "concurrent HTTP/2 streams per client connection (default 100, as kube-apiserver)",
     ),
     (
         "--proxy-transport",
@@ -332,6 +363,11 @@ INT_FLAGS = {
     "maxHeaderBytes",
     "maxConnections",
     "maxQueuedBodyBytes",
+    "maxStreamsPerConnection",
+    "headerTableSize",
+    "initialWindowSize",
+    "maxResetStreams",
+    "maxControlFrames",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

@@ -142,7 +142,9 @@ class FrontDoorMetrics(Collector):
             yield _counter(
                 "gateway_client_connections_closed",
                 "Client connections the gateway closed or refused for a client limit, by reason "
-                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
+                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity, "
+                "http2_protocol_error, http2_rapid_reset, http2_control_flood; on HTTP/2 the "
+                "timeouts may reset one stream).",
                 "reason", self.client.closed,
             )  # fmt: skip
         if self.read_ahead is not None:

@@ -8,7 +8,6 @@ front-door middleware stored in ``scope["gateway.digest"]``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
+from gateway.http.abandon import ABANDONED
 from gateway.http.framing import body_framing
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
@@ -54,10 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.proxy")
 
-# Set in the request's task when the proxy leaves a response unfinished on purpose (the
-# upstream failed mid-body): the server then closes the client connection, and its own
-# "returned without completing response" line is dropped in favour of ours.
-_ABANDONED: contextvars.ContextVar[bool] = contextvars.ContextVar("proxy_abandoned", default=False)
+# Set in the request's task when a response is left unfinished on purpose (the upstream failed
+# mid-body, or flow control ended it at its deadline): the server then closes the client
+# connection, and its own "returned without completing response" line is dropped.
+_ABANDONED = ABANDONED
 _SERVER_LINE = "ASGI callable returned without completing response."
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 from gateway.settings.model import ClientSettings, GatewaySettings
 
 # Why the gateway closed a client connection (idle keep-alive closes are not counted).
+# On HTTP/2, body_timeout and send_timeout may reset one stream rather than close; the http2_
+# reasons are GOAWAYs for bad framing or a passed limit, rapid reset, and a PING/SETTINGS flood.
 CLOSE_REASONS = (
     "header_timeout", "body_timeout", "send_timeout", "head_too_large", "over_capacity",
+    "http2_protocol_error", "http2_rapid_reset", "http2_control_flood",
 )  # fmt: skip
 
 

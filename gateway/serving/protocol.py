@@ -120,7 +120,7 @@ class _State:
 
     __slots__ = (
         "head_bytes", "head_cycle", "head_start", "mark", "max_head", "now", "period",
-        "settings", "stuck", "timer",
+        "settings", "sniff", "stuck", "timer",
     )  # fmt: skip
 
     def __init__(self, settings: ClientSettings, now: Callable[[], float]) -> None:
@@ -136,6 +136,7 @@ class _State:
         self.head_bytes = 0
         self.timer: asyncio.TimerHandle | None = None
         self.stuck = False  # closing with unsent bytes at the last look
+        self.sniff: bytes | None = None  # the first bytes, while telling h2c from HTTP/1.1
 
 
 class ClientGuard(_Base):
@@ -335,8 +336,12 @@ _PROTOCOLS: dict[str, type[ClientGuard]] = {
 }
 
 
-def protocol_class(implementation: str, limits: ClientLimits) -> type[asyncio.Protocol]:
-    """The protocol class for one server: ``implementation`` guarded by ``limits``."""
+def protocol_class(
+    implementation: str, limits: ClientLimits, *, http2: type | None = None
+) -> type[asyncio.Protocol]:
+    """The protocol class for one server: ``implementation`` guarded by ``limits``; with
+    ``http2`` (a mixin, ``gateway.serving.h2_select``) before it, connections may switch."""
     base = _PROTOCOLS[implementation]
-    cls: type[asyncio.Protocol] = type(base.__name__, (base,), {"limits": limits})
+    bases = (base,) if http2 is None else (http2, base)
+    cls: type[asyncio.Protocol] = type(base.__name__, bases, {"limits": limits})
     return cls

@@ -9,7 +9,8 @@ keep theirs, and a set that does not load is refused before anything changed.
 
 Contexts start from the standard library's server defaults
 (``ssl.create_default_context(Purpose.CLIENT_AUTH)``) with TLS 1.2 as the minimum. ALPN
-offers ``http/1.1`` only: a protocol joins ``ALPN_PROTOCOLS`` when the listener can speak it.
+offers ``h2`` and ``http/1.1`` (``gateway.serving.h2_limits.ALPN_PROTOCOLS``); the listener's
+protocol class hands a connection that chose ``h2`` to HTTP/2 (``gateway.serving.h2_select``).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from gateway.reconfigure import Swap, assign
+from gateway.serving.h2_limits import ALPN_PROTOCOLS
 from gateway.serving.peercert import PeerCertUnsupported, request_client_certificates
 from gateway.settings.load import CredentialFileError, read_credential_file
 from gateway.settings.model import TLSSettings
 
 TLS_VERSIONS = {"VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
-ALPN_PROTOCOLS: tuple[str, ...] = ("http/1.1",)
 # A certificate chain or key file larger than this is not one (a bound on what a reload reads).
 MAX_PEM_BYTES = 1 << 20
 

@@ -312,6 +312,19 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+    h = c.http2
+    if not 1 <= h.max_streams_per_connection <= 2**31 - 1:
+        errors.append("client.http2.maxStreamsPerConnection: must be between 1 and 2147483647")
+    if not 0 <= h.header_table_size <= 1 << 20:
+        errors.append("client.http2.headerTableSize: must be between 0 and 1048576")
+    if not 1024 <= h.initial_window_size <= 2**31 - 1:
+        errors.append("client.http2.initialWindowSize: must be between 1024 and 2147483647")
+    if h.max_reset_streams < 1:
+        errors.append("client.http2.maxResetStreams: must be at least 1")
+    if h.reset_window <= 0:
+        errors.append("client.http2.resetWindow: must be positive")
+    if h.max_control_frames < 1:
+        errors.append("client.http2.maxControlFrames: must be at least 1")
     if not 0 <= c.max_queued_body_bytes <= MAX_QUEUED_BODY_BYTES:
         errors.append(f"client.maxQueuedBodyBytes: must be between 0 and {MAX_QUEUED_BODY_BYTES}")
 

@@ -74,14 +74,27 @@ class RequestHeaderSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookTokenSettings:
+    """kube-apiserver's ``--authentication-token-webhook-*``; timeout and concurrency are ours."""
+
+    config_file: str = ""  # a kubeconfig naming the TokenReview webhook
+    cache_ttl: float = field(default=120.0, metadata={"yaml": "cacheTTL"})
+    timeout: float = 10.0
+    max_concurrency: int = 32
+
+
+@dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
     # kube's --client-ca-file: a client certificate verified against it authenticates as
     # user = CN, groups = O.
     client_ca_file: str = field(default="", metadata={"yaml": "clientCAFile"})
     token_auth_file: str = ""
+    # kube-apiserver's --authentication-config: an AuthenticationConfiguration (jwt extra).
+    authentication_config: str = ""
     openwhisk_keys_file: str = ""
     anonymous: bool = True
     request_header: RequestHeaderSettings = field(default_factory=RequestHeaderSettings)
+    webhook: WebhookTokenSettings = field(default_factory=WebhookTokenSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +128,28 @@ class ProxySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Http2Settings:
+    """HTTP/2 from clients (docs/frontdoor.md, "HTTP/2"): kube-apiserver's stream limit, the
+    rest bounds the known HTTP/2 denial-of-service attacks the way Go's server and Envoy do."""
+
+    # h2c with prior knowledge on a plain listener (the TLS listener negotiates h2 by ALPN).
+    prior_knowledge: bool = False
+    # SETTINGS_MAX_CONCURRENT_STREAMS (kube-apiserver's --http2-max-streams-per-connection).
+    max_streams_per_connection: int = 100
+    # SETTINGS_HEADER_TABLE_SIZE: the HPACK decoder table a client may fill.
+    header_table_size: int = 4096
+    # SETTINGS_INITIAL_WINDOW_SIZE: request body bytes buffered per stream before the app reads.
+    initial_window_size: int = 65535
+    # Streams the client may reset within resetWindow before GOAWAY ENHANCE_YOUR_CALM
+    # (CVE-2023-44487, rapid reset).
+    max_reset_streams: int = 200
+    reset_window: float = 10.0
+    # PING/SETTINGS answers queued while the client does not read (Envoy's
+    # max_outbound_control_frames); past it the connection is closed.
+    max_control_frames: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class ClientSettings:
     """Limits on client connections to the front door (docs/frontdoor.md, "Client timeouts and
     connection limits"). Timeouts follow kube-apiserver's Go server where it sets one
@@ -136,6 +171,7 @@ class ClientSettings:
     # Request body all requests waiting in APF queues may read ahead together (each at most
     # 1 MiB); over it a waiting request stops reading ahead (the rest stays in its socket).
     max_queued_body_bytes: int = 32 * 1024 * 1024
+    http2: Http2Settings = field(default_factory=Http2Settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +250,10 @@ class GatewaySettings:
     debug_allowed_groups: tuple[str, ...] = ("system:masters",)
     # Empty: /metrics is open to every client, anonymous ones included (what scrapers expect).
     metrics_allowed_groups: tuple[str, ...] = ()
+    # kube-apiserver's --show-hidden-metrics-for-version: the previous minor version of the
+    # Kubernetes release whose metrics the gateway follows (METRICS_KUBERNETES_VERSION) shows
+    # the deprecated metrics that release hides. Read at start.
+    show_hidden_metrics_for_version: Literal["", "1.33"] = ""
     shutdown_grace_period: float = 30.0
     config_poll_interval: float = 2.0
     authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)

@@ -102,7 +102,8 @@ def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> lis
             out.append(p)
     auth = settings.authentication
     tls = settings.tls
-    files = [auth.token_auth_file, auth.openwhisk_keys_file, auth.client_ca_file,
+    files = [auth.token_auth_file, auth.authentication_config, auth.webhook.config_file,
+             auth.openwhisk_keys_file, auth.client_ca_file,
              auth.request_header.client_ca_file, tls.cert_file, tls.private_key_file]  # fmt: skip
     for pair in tls.sni_cert_keys:
         files += [pair.cert_file, pair.key_file]

@@ -132,6 +132,35 @@ def test_curl_with_client_certificate(pki: PKI, gateway: ServerThread) -> None:
     assert headers["x-remote-user"] == "alice"
 
 
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_http2_by_alpn_with_client_certificate(pki: PKI, gateway: ServerThread) -> None:
+    """Issue 22's "done means": curl --http2 with alice's certificate reaches the upstream as
+    alice, over HTTP/2 negotiated by ALPN (the upstream hop stays HTTP/1.1)."""
+    out = subprocess.run(
+        ["curl", "-sS", "--http2", "--cacert", str(pki.ca.cert_file),
+         "--cert", str(pki.alice.cert_file), "--key", str(pki.alice.key_file),
+         "-w", "\n%{http_version}", f"https://127.0.0.1:{gateway.port}/x"],
+        capture_output=True, check=True, timeout=30,
+    )  # fmt: skip
+    body, _, version = out.stdout.decode().rpartition("\n")
+    assert version == "2"
+    headers = {k.lower(): v for k, v in json.loads(body)["headers"]}
+    assert headers["x-remote-user"] == "alice"
+    assert headers["x-forwarded-proto"] == "https"
+
+
+def test_alpn_offers_h2_then_http1(pki: PKI, gateway: ServerThread) -> None:
+    """A client offering only http/1.1 still gets it; one offering h2 gets h2."""
+    for offered, chosen in ((["http/1.1"], "http/1.1"), (["h2", "http/1.1"], "h2")):
+        ctx = client_context(pki)
+        ctx.set_alpn_protocols(offered)
+        with (
+            socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            assert tls.selected_alpn_protocol() == chosen
+
+
 @pytest.mark.parametrize("kind", ["unknown-ca", "expired", "server-usage"])
 def test_certificate_that_does_not_verify_is_401(
     kind: str, pki: PKI, gateway: ServerThread
