@@ -56,7 +56,9 @@ BASELINE = "baseline: "
 
 
 def tree_env(tree: str | None) -> dict[str, str] | None:
-    """Children import ``gateway`` from ``tree`` (PYTHONPATH precedes the editable install)."""
+    """Children import ``gateway`` from ``tree``: PYTHONPATH precedes the editable install,
+    but ``python -m`` puts the working directory first, so they also run in ``tree`` (``cwd``
+    below; from this checkout's directory they would otherwise import this tree)."""
     return None if tree is None else {**os.environ, "PYTHONPATH": tree}
 
 
@@ -70,6 +72,7 @@ def start(
             stderr=err,
             stdin=subprocess.DEVNULL,
             env=tree_env(tree),
+            cwd=tree,
         )
     url = ""
     if announce:
@@ -211,6 +214,7 @@ def plain_runtime(tree: str | None, secret: str = "") -> tuple[subprocess.Popen[
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
+        cwd=tree,
     )
     assert proc.stdout is not None
     port = proc.stdout.readline().decode().split()[1]

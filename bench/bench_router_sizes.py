@@ -10,8 +10,11 @@ from ``/proc`` every 5 ms (the peak, and the RSS after the case). With ``--basel
 (a checkout of another commit) the same cases run on that tree first, in the same run.
 
 Cases: a ``--mb`` MB action PUT with ``Content-Length``; the same chunked; a ``--mb`` MB
-chunked invoke; a legal action of 45 MB of escape-heavy code (parsed and stored); an action
-returning a ``--mb`` MB result (blocking invoke); listing two such activations.
+chunked invoke; a legal action of 45 MB of escape-heavy code (parsed and stored), the same
+PUT over a stored one (overwrite), and the first (cold) invoke of a legal 48 MB action (its
+``/init`` carries the code); an action returning a ``--mb`` MB result (blocking invoke);
+listing two such activations. A case's preparation (storing the action it overwrites or
+invokes) runs before the watch starts.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from typing import Any
 
 IDENTITY = {"X-Remote-User": "bench", "X-Remote-Extra-Namespace": "guest"}
 BIG_RESULT = "def main(args):\n    return {'x': 'a' * (args['mb'] * 1024 * 1024)}\n"
+# 24 MiB of quotes and backslashes in a comment: a 48 MiB body; one line, so the runtime
+# compiles it in about 200 MB
+COLD = "def main(args):\n    return {'ok': True}\n#" + '"\\' * (12 << 20) + "\n"
+Case = Callable[[str], str]
 
 
 def start(args: list[str], log: Path, tree: str | None) -> tuple[subprocess.Popen[bytes], str]:
@@ -141,10 +148,11 @@ class Watch:
         }
 
 
-def cases(mb: int) -> dict[str, Callable[[str], str]]:
+def cases(mb: int) -> dict[str, tuple[Case | None, Case]]:
     action = "/api/v1/namespaces/_/actions/"
     big = json.dumps({"exec": {"kind": "python:3", "code": "x" * (mb << 20)}}).encode()
     escaped = json.dumps({"exec": {"kind": "python:3", "code": '#"\n' * (9 << 20)}}).encode()
+    cold = json.dumps({"exec": {"kind": "python:3", "code": COLD}, "limits": {"memory": 512}})
 
     def put(url: str) -> str:
         return str(request(url, "PUT", action + "big?overwrite=true", big)[0])
@@ -159,6 +167,14 @@ def cases(mb: int) -> dict[str, Callable[[str], str]]:
     def put_escaped(url: str) -> str:
         return f"{request(url, 'PUT', action + 'escaped?overwrite=true', escaped)[0]}"
 
+    def put_cold(url: str) -> str:
+        return str(request(url, "PUT", action + "cold?overwrite=true", cold.encode())[0])
+
+    def invoke_cold(url: str) -> str:
+        status, body = request(url, "POST", action + "cold?blocking=true", b"{}")
+        ran = b'"result": {"ok": true}' in body
+        return f"{status}, {'ran' if ran else body[-200:]!r}"
+
     def result(url: str) -> str:
         status, body = request(url, "POST", action + "result?blocking=true", b'{"mb": %d}' % mb)
         return f"{status}, {len(body) >> 10} KiB"
@@ -170,16 +186,18 @@ def cases(mb: int) -> dict[str, Callable[[str], str]]:
         return f"{status}, {len(body) >> 10} KiB"
 
     return {
-        f"PUT {mb} MB (Content-Length)": put,
-        f"PUT {mb} MB chunked": put_chunked,
-        f"invoke {mb} MB chunked": invoke_chunked,
-        "PUT 45 MB body (27 MB escape-heavy code)": put_escaped,
-        f"{mb} MB result": result,
-        f"list 2 activations of {mb} MB results": listing,
+        f"PUT {mb} MB (Content-Length)": (None, put),
+        f"PUT {mb} MB chunked": (None, put_chunked),
+        f"invoke {mb} MB chunked": (None, invoke_chunked),
+        "PUT 45 MB body (27 MB escape-heavy code)": (None, put_escaped),
+        "PUT 48 MB body over a stored one (overwrite)": (put_cold, put_cold),
+        "first (cold) invoke of a 48 MB action": (put_cold, invoke_cold),
+        f"{mb} MB result": (None, result),
+        f"list 2 activations of {mb} MB results": (None, listing),
     }
 
 
-def run_case(root: Path, tree: str | None, name: str, case: Callable[[str], str]) -> dict[str, Any]:
+def run_case(root: Path, tree: str | None, prepare: Case | None, case: Case) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(dir=root))
     manager, murl = start(
         ["manager", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state / "s")],
@@ -199,6 +217,8 @@ def run_case(root: Path, tree: str | None, name: str, case: Callable[[str], str]
             body = json.dumps({"exec": {"kind": "python:3", "code": code}}).encode()
             request(rurl, "PUT", f"/api/v1/namespaces/_/actions/{action}", body)
         request(rurl, "POST", "/api/v1/namespaces/_/actions/result?blocking=true", b'{"mb": 0}')
+        if prepare is not None:
+            prepare(rurl)
         return Watch(rurl, router.pid).run(lambda: case(rurl))
     finally:
         for proc in (router, manager):
@@ -210,6 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-tree", default=None)
     parser.add_argument("--mb", type=int, default=60)
+    parser.add_argument("--only", default="", help="run only the cases whose name has this")
     args = parser.parse_args()
     os.environ.setdefault("APF_INTERNAL_TOKEN", secrets.token_urlsafe(32))
     trees = [("baseline", args.baseline_tree)] if args.baseline_tree else []
@@ -217,9 +238,11 @@ def main() -> None:
     print("| case | tree | answer | s | RSS before / peak / after (MB) | slowest /livez (ms) |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, case in cases(args.mb).items():
+        for name, (prepare, case) in cases(args.mb).items():
+            if args.only not in name:
+                continue
             for label, tree in trees:
-                r = run_case(Path(tmp), tree, name, case)
+                r = run_case(Path(tmp), tree, prepare, case)
                 print(
                     f"| {name} | {label} | {r['answer']} | {r['seconds']:.2f} | "
                     f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f} | "

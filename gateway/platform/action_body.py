@@ -1,7 +1,7 @@
-"""Parsing and checking an action's create/update body, and serializing a large document: pure
-functions the router runs inline for small bodies and in its worker process for large ones
-(``gateway.router.bodies``), so this module imports nothing heavy (the worker is a fresh
-interpreter that imports it)."""
+"""Parsing, checking and encoding an action's create/update body, and serializing a large
+document: pure functions the router runs inline for small bodies and in its worker process for
+large ones (``gateway.router.bodies``), so this module imports nothing heavy (the worker is a
+fresh interpreter that imports it)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TOO_LARGE = "The request content is too large or too deeply nested to parse."
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     """A body as JSON (``{}`` when empty), or 400 with OpenWhisk's text."""
     if not raw:
         return {}
@@ -45,7 +45,7 @@ def check_action(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def action_document(
-    namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
+    namespace: str, name: str, raw: bytes | bytearray, allowed: frozenset[str] = frozenset()
 ) -> dict[str, Any] | tuple[int, str]:
     """Parse and validate a PUT body (``allowed``: the pod template fields tenants may set):
     the document, or ``(status, message)`` to answer (an exception would not survive the trip
@@ -56,6 +56,21 @@ def action_document(
     except ApiError as exc:
         return exc.status, exc.message
     except (MemoryError, RecursionError):
+        return 413, TOO_LARGE
+
+
+def action_json(
+    namespace: str, name: str, raw: bytes | bytearray, allowed: frozenset[str] = frozenset()
+) -> bytes | tuple[int, str]:
+    """``action_document`` encoded as the stores keep it (compact UTF-8 JSON): what the router
+    hands to ``Store.put_action_json``, so a large document is encoded here, in the worker
+    process, and never on the router's event loop or in its store thread."""
+    got = action_document(namespace, name, raw, allowed)
+    if isinstance(got, tuple):
+        return got
+    try:
+        return json.dumps(got, separators=(",", ":")).encode()
+    except MemoryError:
         return 413, TOO_LARGE
 
 
@@ -79,7 +94,7 @@ def dump(doc: dict[str, Any]) -> bytes | tuple[int, str]:
         return 413, TOO_LARGE
 
 
-def load(text: str) -> dict[str, Any] | tuple[int, str]:
+def load(text: str | bytes) -> dict[str, Any] | tuple[int, str]:
     """A stored action document parsed, or ``(500, why)`` if it is not a JSON object."""
     try:
         doc = json.loads(text)

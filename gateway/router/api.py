@@ -34,7 +34,7 @@ from gateway.router.app import (
     Router,
     lifecycle,
 )
-from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited
+from gateway.router.bodies import MAX_PLATFORM_BYTES, read_buffer, read_limited, send_json
 from gateway.router.invoker import ProxyTo, Throttled
 from gateway.store import Conflict, StoreError
 from gateway.store.outage import RETRY_AFTER, StoreUnavailable
@@ -70,10 +70,6 @@ def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
         content_type="application/json",
         headers=headers,
     )
-
-
-def _json_doc(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
 
 
 @web.middleware
@@ -175,21 +171,22 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 
 
 # ---- actions -----------------------------------------------------------------------------
-async def put_action(request: web.Request) -> web.Response:
+async def put_action(request: web.Request) -> web.StreamResponse:
     router, _, ns = _context(request)
     name = request.match_info["name"]
-    raw = await read_limited(request, router.settings.max_action_bytes)
-    doc = await router.parser.action(ns, name, raw, router.settings.allowed_pod_template_fields)
+    raw = await read_buffer(request, router.settings.max_action_bytes)
+    allowed = router.settings.allowed_pod_template_fields
+    doc_json = await router.parser.action_json(ns, name, raw, allowed)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
-    try:
-        stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
+    try:  # stamped and stored as encoded: the answer is the stored text, never re-encoded
+        stored = await router.store.put_action_json(ns, name, doc_json, overwrite=overwrite)
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json_doc(await router.parser.dumps(stored))
+    return await send_json(request, stored)
 
 
-async def get_action(request: web.Request) -> web.Response:
+async def get_action(request: web.Request) -> web.StreamResponse:
     router, _, ns = _context(request)
     with_code = _flag(request, "code", True)
     text = await router.store.get_action_json(ns, request.match_info["name"])
@@ -198,7 +195,7 @@ async def get_action(request: web.Request) -> web.Response:
     doc = await router.parser.loads(text)
     if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
         doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
-    return _json_doc(await router.parser.dumps(doc))
+    return await send_json(request, await router.parser.dumps(doc))
 
 
 async def delete_action(request: web.Request) -> web.Response:

@@ -10,11 +10,12 @@ follows is not kept: aiohttp discards it for at most its lingering time (10 s, a
 JSON parsing holds the GIL from start to end (CPython's ``_json`` never releases it), so a
 worker *thread* would stall the event loop as much as parsing inline (measured: 1.07 s for a
 13 MB body of small objects). A body above ``INLINE_BYTES`` is therefore parsed and validated
-in a worker *process* (``gateway.platform.action_body``), which hands back only a checked
-action document (one large string, the code; parameters and annotations within 1 MiB) or the
-error to answer; only the PUT of an action can be that large (an invoke's parameters are
-within 1 MiB). An action with long code is serialized there too for the PUT's and GET's
-answers. Decision 0014.
+in a worker *process* (``gateway.platform.action_body``), which hands back only the checked
+document encoded as the store keeps it (``Store.put_action_json`` stamps it in the database
+and answers the stored text: the PUT's answer) or the error to answer; only the PUT of an
+action can be that large (an invoke's parameters are within 1 MiB). A stored action with long
+code is parsed and serialized there too for the GET's answer and the action cache. Decisions
+0014 and 0024.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.platform.action_body import TOO_LARGE, action_document, dump, limit_worker, load
+from gateway.platform.action_body import TOO_LARGE, action_json, dump, limit_worker, load
 from gateway.platform.errors import ApiError, entity_too_big
 from gateway.store import StoreError
 
@@ -41,10 +42,33 @@ MAX_ACTION_BYTES = 50 * 1024 * 1024  # OpenWhisk's controller max-content-length
 MAX_PLATFORM_BYTES = 64 * 1024  # the manager's give-back requests
 INLINE_BYTES = 256 * 1024  # parsed on the event loop below this (worst case a few ms)
 DUMP_INLINE_CHARS = 1024 * 1024  # a document whose code is longer is serialized in the worker
+SEND_CHUNK = 1024 * 1024  # a larger answer is written in pieces of this size
+
+
+async def send_json(request: web.Request, body: bytes) -> web.StreamResponse:
+    """A JSON answer; a large one (an action's document) written ``SEND_CHUNK`` bytes at a
+    time from a view of ``body``: one ``write`` of 48 MB would be copied whole, twice, into
+    the transport's buffer on the event loop."""
+    if len(body) <= SEND_CHUNK:
+        return web.Response(body=body, content_type="application/json")
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    view = memoryview(body)
+    for start in range(0, len(body), SEND_CHUNK):
+        await resp.write(view[start : start + SEND_CHUNK])  # waits while the client reads
+    await resp.write_eof()
+    return resp
 
 
 async def read_limited(request: web.Request, limit: int, field: str = "Request") -> bytes:
     """The whole body, or 413 as soon as it is more than ``limit`` bytes."""
+    return bytes(await read_buffer(request, limit, field))
+
+
+async def read_buffer(request: web.Request, limit: int, field: str = "Request") -> bytearray:
+    """``read_limited`` without the final copy into ``bytes`` (an action body: copying 48 MB
+    on the loop is a stall of its own)."""
     declared = request.content_length
     if declared is not None and declared > limit:  # refused before reading it, as OpenWhisk
         raise ApiError(413, entity_too_big(field, declared, limit))
@@ -53,7 +77,7 @@ async def read_limited(request: web.Request, limit: int, field: str = "Request")
         body += chunk
         if len(body) > limit:
             raise ApiError(413, entity_too_big(field, len(body), limit))
-    return bytes(body)
+    return body
 
 
 class Parser:
@@ -62,19 +86,27 @@ class Parser:
 
     def __init__(self) -> None:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._starting = asyncio.Lock()
 
-    async def action(
-        self, namespace: str, name: str, raw: bytes, allowed: frozenset[str] = frozenset()
-    ) -> dict[str, Any]:
+    async def action_json(
+        self,
+        namespace: str,
+        name: str,
+        raw: bytes | bytearray,
+        allowed: frozenset[str] = frozenset(),
+    ) -> bytes:
+        """A PUT body checked and encoded as the store keeps it (``Store.put_action_json``):
+        a large one parsed, checked and encoded in the worker; only the JSON comes back, as
+        bytes (unpickled by a copy; a ``str`` would be decoded, holding the GIL)."""
         if len(raw) <= INLINE_BYTES:
-            got = action_document(namespace, name, raw, allowed)
+            got = action_json(namespace, name, raw, allowed)
         else:
-            got = await self._in_worker(action_document, namespace, name, raw, allowed)
+            got = await self._in_worker(action_json, namespace, name, raw, allowed)
         if isinstance(got, tuple):
             raise ApiError(*got)
         return got
 
-    async def loads(self, text: str) -> dict[str, Any]:
+    async def loads(self, text: bytes) -> dict[str, Any]:
         """A stored action document (``Store.get_action_json``); a large one is parsed in the
         worker. ``StoreError`` if it is not a JSON object (a broken store)."""
         got = load(text) if len(text) <= INLINE_BYTES else await self._in_worker(load, text)
@@ -94,20 +126,34 @@ class Parser:
         return got
 
     async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=limit_worker,
-                initargs=(os.getpid(),),
-            )
         loop = asyncio.get_running_loop()
         try:
+            async with self._starting:  # one worker, however many large requests come at once
+                if self._pool is None:
+                    self._pool = await asyncio.to_thread(self._start)
             return await loop.run_in_executor(self._pool, fn, *args)
         except concurrent.futures.process.BrokenProcessPool:
             log.error("the worker process for large JSON died; starting another")
             self.close()
             return 413, TOO_LARGE
+
+    @staticmethod
+    def _start() -> concurrent.futures.ProcessPoolExecutor:
+        """The worker, started and answering (in a thread: spawning it and multiprocessing's
+        resource tracker runs in the caller, about 0.1 s, which on the loop would be a stall
+        of its own)."""
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=limit_worker,
+            initargs=(os.getpid(),),
+        )
+        try:
+            pool.submit(os.getpid).result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return pool
 
     def close(self) -> None:
         if self._pool is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +28,10 @@ from gateway.router.activation import (
     Status,
     error_outcome,
 )
+from gateway.router.initbody import init_body, init_digest
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.pool import RouterPool, Slot, WarmContainer
-from gateway.runtime.app import ALREADY_INITIALIZED, init_digest
+from gateway.runtime.app import ALREADY_INITIALIZED
 from gateway.runtime.logsplit import TRUNCATED
 
 SHUTTING_DOWN = "The action's container was shutting down; the activation did not run."
@@ -170,27 +171,26 @@ class Executor:
         }
         if action.concurrency > 1:
             env["__OW_ALLOW_CONCURRENT"] = "true"
-        body = {
-            "value": {
-                "name": action.name,
-                "main": action.main,
-                "code": action.code,
-                "binary": action.binary,
-                "env": env,
-            }
+        value = {
+            "name": action.name,
+            "main": action.main,
+            "code": action.code,
+            "binary": action.binary,
+            "env": env,
         }
         started = time.monotonic()
         failure: Outcome | None = None
         try:
             async with asyncio.timeout(limit):
-                answer = await self._post(c, "/init", body)
+                # encoded and sent a slice of the code at a time: the loop stays free
+                answer = await self._post(c, "/init", init_body(value))
             status, data = answer.status, answer.data
             again = (
                 status == 403
                 and isinstance(data, dict)
                 and data.get("error") == ALREADY_INITIALIZED
             )
-            ok = status == 200 or (again and data.get("digest") == init_digest(body["value"]))
+            ok = status == 200 or (again and data.get("digest") == await init_digest(value))
             if answer.length is not None:  # OpenWhisk: a developer error at init
                 failure = error_outcome(Status.DEVELOPER_ERROR, truncated(answer, self.cap))
             elif again and not ok:
@@ -217,15 +217,19 @@ class Executor:
             )
         return failure
 
-    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any]) -> Answer:
-        """POST to the container and read its answer up to the cap: what is beyond is never
-        read (the connection is closed instead), so a result's size costs the router at most
-        the cap, whatever the action returns."""
+    async def _post(
+        self, c: WarmContainer, path: str, body: dict[str, Any] | AsyncIterator[bytes]
+    ) -> Answer:
+        """POST to the container (``body`` as JSON; a ``/run`` body, within twice the 1 MiB
+        payload limit, is encoded here; an iterator is sent chunked) and read its answer up
+        to the cap: what is beyond is never read (the connection is closed instead), so a
+        result's size costs the router at most the cap, whatever the action returns."""
         headers = {"Content-Type": "application/json"}
         if c.secret:
             headers["Authorization"] = "Bearer " + c.secret
         cap = self.cap
-        async with self.http.post(c.url + path, data=json.dumps(body), headers=headers) as resp:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        async with self.http.post(c.url + path, data=data, headers=headers) as resp:
             raw = bytearray()
             declared = resp.content_length
             while len(raw) <= cap:

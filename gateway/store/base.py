@@ -46,11 +46,21 @@ class Store(Protocol):
         Raises ``Conflict`` if it exists and ``overwrite`` is false."""
         ...
 
+    async def put_action_json(
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
+        """``put_action`` of a document already encoded (compact UTF-8 JSON of an object; the
+        router encodes a large one in its worker process), stamped by the database, not in
+        Python: a write never encodes or decodes tens of MB while holding the GIL. Returns the
+        stored document's JSON (the PUT's answer as it is)."""
+        ...
+
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
-        """The stored document as its JSON text, unparsed: the router parses a large one (tens
-        of MB of code) in its worker process, not on its event loop."""
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
+        """The stored document as its JSON text in UTF-8, unparsed and undecoded (bytes: the
+        database's own text, copied, never decoded to ``str`` holding the GIL): the router
+        parses a large one (tens of MB of code) in its worker process."""
         ...
 
     async def list_actions(
@@ -144,18 +154,34 @@ def next_version(previous: str | None) -> str:
     return f"{numbers[0]}.{numbers[1]}.{numbers[2] + 1}"
 
 
-def stamp_action(
-    namespace: str, name: str, doc: dict[str, Any], previous: dict[str, Any] | None
+def next_stamp(previous: tuple[Any, Any] | None) -> tuple[str, int]:
+    """``version`` and ``updated`` of a write over ``previous`` (its version and updated, as
+    the database extracts them from the stored document; None: a new action)."""
+    if previous is None:
+        return FIRST_VERSION, now_ms()
+    version, updated = previous
+    try:
+        last = int(updated or 0)
+    except (TypeError, ValueError):
+        last = 0
+    # keep "updated" strictly increasing for the list order
+    return next_version(str(version) if version else None), max(now_ms(), last + 1)
+
+
+def check_object_json(doc_json: bytes) -> None:
+    """What ``put_action_json`` can check without parsing: compact JSON of an object starts
+    with ``{`` (the database parses it; a malformed one fails there)."""
+    if not doc_json.startswith(b"{"):
+        raise StoreError("an action document must be the JSON text of an object")
+
+
+async def put_action_doc(
+    store: Store, namespace: str, name: str, doc: dict[str, Any], overwrite: bool
 ) -> dict[str, Any]:
-    stored = dict(doc)
-    stored["namespace"] = namespace
-    stored["name"] = name
-    stored["version"] = next_version(previous.get("version") if previous else None)
-    updated = now_ms()
-    if previous is not None:  # keep "updated" strictly increasing for the list order
-        updated = max(updated, int(previous.get("updated", 0)) + 1)
-    stored["updated"] = updated
-    return stored
+    """``put_action`` through ``put_action_json``: one write path per store."""
+    return load_doc(
+        await store.put_action_json(namespace, name, dump_doc(doc).encode(), overwrite=overwrite)
+    )
 
 
 def counted(total: int, skip: int) -> int:
@@ -206,7 +232,7 @@ def dump_doc(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def load_doc(text: str) -> dict[str, Any]:
+def load_doc(text: str | bytes) -> dict[str, Any]:
     doc = json.loads(text)
     if not isinstance(doc, dict):
         raise StoreError("a stored document is not a JSON object")

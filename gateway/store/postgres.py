@@ -18,13 +18,15 @@ from gateway.store.base import (
     StoreError,
     StoreUnreachable,
     activation_key,
+    check_object_json,
     check_page,
     counted,
     dedupe_activations,
     dump_doc,
     finish_marked,
     load_doc,
-    stamp_action,
+    next_stamp,
+    put_action_doc,
 )
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -167,32 +169,45 @@ class PostgresStore:
     async def put_action(
         self, namespace: str, name: str, doc: dict[str, Any], *, overwrite: bool
     ) -> dict[str, Any]:
+        return await put_action_doc(self, namespace, name, doc, overwrite)
+
+    async def put_action_json(
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
+        """The server reads the previous version and stamps the document (``||`` on JSONB):
+        no document is decoded or encoded here, on the event loop."""
         import asyncpg  # noqa: PLC0415 - optional asyncpg
 
+        check_object_json(doc_json)
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 await conn.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                     f"{self.schema}/{namespace}/{name}",
                 )
-                row = await conn.fetchrow(
-                    f"SELECT doc FROM {self._actions} WHERE namespace = $1 AND name = $2",
+                previous = await conn.fetchrow(
+                    f"SELECT doc->>'version', doc->>'updated' FROM {self._actions} "
+                    "WHERE namespace = $1 AND name = $2",
                     namespace,
                     name,
                 )
-                if row is not None and not overwrite:
+                if previous is not None and not overwrite:
                     raise Conflict(f"action {namespace}/{name} already exists")
-                stored = stamp_action(namespace, name, doc, load_doc(row[0]) if row else None)
-                await conn.execute(
+                version, updated = next_stamp(None if previous is None else tuple(previous))
+                stored = await conn.fetchval(
                     f"INSERT INTO {self._actions} (namespace, name, updated, doc) "
-                    "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (namespace, name) DO UPDATE "
-                    "SET updated = excluded.updated, doc = excluded.doc",
+                    "VALUES ($1, $2, $3, convert_from($4::bytea, 'UTF8')::jsonb || "
+                    "jsonb_build_object('namespace', $1::text, 'name', $2::text, "
+                    "'version', $5::text, 'updated', $3::bigint)) "
+                    "ON CONFLICT (namespace, name) DO UPDATE SET updated = excluded.updated, "
+                    "doc = excluded.doc RETURNING convert_to(doc::text, 'UTF8')",
                     namespace,
                     name,
-                    stored["updated"],
-                    dump_doc(stored),
+                    updated,
+                    doc_json,
+                    version,
                 )
-                return stored
+                return bytes(stored)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise _failure(exc) from exc
 
@@ -202,13 +217,14 @@ class PostgresStore:
         )
         return load_doc(rows[0][0]) if rows else None
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
         rows = await self._fetch(
-            f"SELECT doc::text FROM {self._actions} WHERE namespace = $1 AND name = $2",
+            f"SELECT convert_to(doc::text, 'UTF8') FROM {self._actions} "
+            "WHERE namespace = $1 AND name = $2",
             namespace,
             name,
         )
-        return str(rows[0][0]) if rows else None
+        return bytes(rows[0][0]) if rows else None
 
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0

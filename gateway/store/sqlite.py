@@ -24,14 +24,16 @@ from gateway.store.base import (
     StoreError,
     StoreUnreachable,
     activation_key,
+    check_object_json,
     check_page,
     counted,
     dedupe_activations,
     dump_doc,
     finish_marked,
     load_doc,
+    next_stamp,
     now_ms,
-    stamp_action,
+    put_action_doc,
 )
 
 T = TypeVar("T")
@@ -178,20 +180,33 @@ class SQLiteStore:
     async def put_action(
         self, namespace: str, name: str, doc: dict[str, Any], *, overwrite: bool
     ) -> dict[str, Any]:
-        def put(conn: sqlite3.Connection) -> dict[str, Any]:
-            row = conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+        return await put_action_doc(self, namespace, name, doc, overwrite)
+
+    async def put_action_json(
+        self, namespace: str, name: str, doc_json: bytes, *, overwrite: bool
+    ) -> bytes:
+        check_object_json(doc_json)
+
+        # SQLite's JSON functions read the previous version and stamp the new document, in
+        # C with the GIL released (the sqlite3 module drops it while a statement runs); the
+        # text goes in and out as bytes (a blob cast), never decoded to a str here
+        def put(conn: sqlite3.Connection) -> bytes:
+            previous = conn.execute(
+                "SELECT json_extract(doc, '$.version'), json_extract(doc, '$.updated') "
+                "FROM actions WHERE namespace = ? AND name = ?",
+                (namespace, name),
             ).fetchone()
-            if row is not None and not overwrite:
+            if previous is not None and not overwrite:
                 raise Conflict(f"action {namespace}/{name} already exists")
-            stored = stamp_action(namespace, name, doc, load_doc(row[0]) if row else None)
-            conn.execute(
-                "INSERT INTO actions (namespace, name, updated, doc) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (namespace, name) DO UPDATE SET "
-                "updated = excluded.updated, doc = excluded.doc",
-                (namespace, name, stored["updated"], dump_doc(stored)),
-            )
-            return stored
+            version, updated = next_stamp(previous)
+            row = conn.execute(
+                "INSERT INTO actions (namespace, name, updated, doc) VALUES (?, ?, ?, "
+                "json_set(CAST(? AS TEXT), '$.namespace', ?, '$.name', ?, '$.version', ?, "
+                "'$.updated', ?)) ON CONFLICT (namespace, name) DO UPDATE SET "
+                "updated = excluded.updated, doc = excluded.doc RETURNING CAST(doc AS BLOB)",
+                (namespace, name, updated, doc_json, namespace, name, version, updated),
+            ).fetchone()
+            return bytes(row[0])
 
         return await self._call(self._write, put)
 
@@ -204,12 +219,13 @@ class SQLiteStore:
 
         return await self._call(get)
 
-    async def get_action_json(self, namespace: str, name: str) -> str | None:
-        def get() -> str | None:
+    async def get_action_json(self, namespace: str, name: str) -> bytes | None:
+        def get() -> bytes | None:
             row = self.conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+                "SELECT CAST(doc AS BLOB) FROM actions WHERE namespace = ? AND name = ?",
+                (namespace, name),
             ).fetchone()
-            return str(row[0]) if row else None
+            return bytes(row[0]) if row else None
 
         return await self._call(get)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -12,7 +13,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from subprocess import PIPE
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +23,7 @@ from gateway.platform import internal_token
 from gateway.supervision import Spec, StartError, Supervisor
 from tests.support.wait import async_wait_for
 
+T = TypeVar("T")
 IDENTITY = {"X-Remote-User": "alice", "X-Remote-Extra-Namespace": "guest"}
 
 SLOW = """
@@ -250,3 +253,34 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+POLL_LIVEZ = """
+import select, sys, time, urllib.request
+slowest, url = 0.0, sys.argv[1] + "/livez"
+print("polling", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:  # until stdin is closed
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        assert answer.status == 200
+    slowest = max(slowest, time.perf_counter() - t0)
+print(slowest, flush=True)
+"""
+
+
+async def slowest_livez(url: str, work: Callable[[], T]) -> tuple[T, float]:
+    """Run ``work`` (in a thread) while another process asks ``url/livez`` back to back: its
+    result and the slowest answer, what a lease renewal on the router's loop would wait. The
+    poller is a process of its own, so what ``work`` costs this process's GIL is not counted."""
+    poller = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", POLL_LIVEZ, url, stdin=PIPE, stdout=PIPE
+    )
+    assert poller.stdin is not None and poller.stdout is not None
+    try:
+        assert await poller.stdout.readline() == b"polling\n"
+        result = await asyncio.to_thread(work)
+    finally:
+        poller.stdin.close()  # the poller stops after its current request
+        slowest = await poller.stdout.read()
+        await poller.wait()
+    return result, float(slowest)

@@ -9,9 +9,6 @@ import json
 import re
 import signal
 import sqlite3
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +23,7 @@ from platform_support import (
     openwhisk_error,
     put_action,
     recorded,
+    slowest_livez,
 )
 
 from tests.support.wait import async_wait_until
@@ -195,30 +193,6 @@ async def test_large_action_bodies_are_parsed_in_another_process(
     )
 
 
-async def _slowest_livez(url: str, work: Callable[[], T]) -> tuple[T, float]:
-    """Run ``work`` (in a thread) while another thread asks ``url/livez`` back to back: its
-    result and the slowest answer, what a lease renewal on the router's loop would wait."""
-    slowest = 0.0
-    done = threading.Event()
-
-    def poll() -> None:
-        nonlocal slowest
-        with httpx.Client(timeout=60) as c:
-            while not done.is_set():
-                t0 = time.perf_counter()
-                assert c.get(url + "/livez").status_code == 200
-                slowest = max(slowest, time.perf_counter() - t0)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    try:
-        result = await asyncio.to_thread(work)
-    finally:
-        done.set()
-        poller.join()
-    return result, slowest
-
-
 async def test_livez_answers_during_a_60_mb_put(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
@@ -237,7 +211,7 @@ async def test_livez_answers_during_a_60_mb_put(
         with httpx.Client(timeout=120, headers={**IDENTITY, **platform.auth}) as c:
             return c.put(action_url(r, "big"), content=parts)
 
-    answer, slowest = await _slowest_livez(r.url, upload)
+    answer, slowest = await slowest_livez(r.url, upload)
     assert slowest < 1.0, f"/livez took {slowest:.2f} s during the upload"
     assert answer.status_code == 413, answer.text[:300]
     message = openwhisk_error(answer, 413)
@@ -263,7 +237,7 @@ async def test_livez_answers_while_a_large_action_is_read_back(
         with httpx.Client(timeout=120, headers={**IDENTITY, **platform.auth}) as c:
             return [c.get(action_url(r, "big")).status_code for _ in range(3)]
 
-    lengths, slowest = await _slowest_livez(r.url, read_back)
+    lengths, slowest = await slowest_livez(r.url, read_back)
     # measured here: 0.12 s, on main 0.74 s (the document decoded and encoded on the loop)
     assert slowest < 0.5, f"/livez took {slowest:.2f} s while the action was read back"
     assert lengths == [200] * 3

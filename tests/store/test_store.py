@@ -46,7 +46,7 @@ async def test_action_crud(store: Store) -> None:
     assert await store.get_action("guest", "hello") == stored
     assert await store.get_action("other", "hello") is None
     text = await store.get_action_json("guest", "hello")  # unparsed, for the router's worker
-    assert isinstance(text, str) and json.loads(text) == stored
+    assert isinstance(text, bytes) and json.loads(text) == stored
     assert await store.get_action_json("other", "hello") is None
     assert await store.delete_action("guest", "hello") == stored
     assert await store.get_action("guest", "hello") is None
@@ -66,6 +66,38 @@ async def test_overwrite_conflict_and_versions(store: Store) -> None:
     assert got is not None and got["exec"]["code"] == "v3"
     # overwrite=True on a missing action simply creates it
     assert (await store.put_action("guest", "b", action(), overwrite=True))["version"] == "0.0.1"
+
+
+async def test_put_action_json_is_stamped_by_the_database(store: Store) -> None:
+    """A document the router encoded (its worker, for a large one) is stored as given and
+    stamped in the database: the answer is the stored JSON text, with the names, the next
+    version and ``updated``; what is not a JSON object is refused and nothing is stored."""
+    code = 'def main(a): return a\n# "quotes", \\ and \u00e9 \U0001f600\n'
+    doc = {**action(code), "name": "ignored", "version": "9.9.9"}  # the store's stamp wins
+    raw = json.dumps(doc, ensure_ascii=False).encode()  # UTF-8 as it is kept
+    assert (
+        json.loads(await store.put_action_json("guest", "u", raw, overwrite=False))["exec"]["code"]
+        == code
+    )
+    text = await store.put_action_json("guest", "j", json.dumps(doc).encode(), overwrite=False)
+    assert isinstance(text, bytes)
+    stored = json.loads(text)
+    assert {k: stored[k] for k in ("namespace", "name", "version")} == {
+        "namespace": "guest",
+        "name": "j",
+        "version": "0.0.1",
+    }
+    assert stored["exec"]["code"] == code and isinstance(stored["updated"], int)
+    assert await store.get_action("guest", "j") == stored
+    with pytest.raises(Conflict):
+        await store.put_action_json("guest", "j", json.dumps(doc).encode(), overwrite=False)
+    again = json.loads(await store.put_action_json("guest", "j", b"{}", overwrite=True))
+    assert again["version"] == "0.0.2" and again["updated"] > stored["updated"]
+    assert "exec" not in again  # the new document replaces the old one whole
+    for bad in (b"[1]", b'{"exec": ', b"not json"):
+        with pytest.raises(StoreError):
+            await store.put_action_json("guest", "k", bad, overwrite=True)
+    assert await store.get_action("guest", "k") is None
 
 
 def test_next_version() -> None:
