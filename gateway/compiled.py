@@ -47,10 +47,12 @@ def compiled_modules() -> list[str]:
     return found
 
 
-def build_tree(dest: Path, python: str) -> Path:
+def build_tree(dest: Path, python: str, opt_level: str = "3") -> Path:
     """Copy this source tree to ``dest`` and compile it in place there (for the build test and
     the benchmark: they run the compiled modules without touching the editable install).
-    Returns ``dest``; raises ``subprocess.CalledProcessError`` with the compiler's output."""
+    ``opt_level`` is the C compiler's (setup.py): the benchmark measures the release's 3, the
+    build test checks behaviour at 0. Returns ``dest``; raises
+    ``subprocess.CalledProcessError`` with the compiler's output."""
 
     root = Path(__file__).resolve().parent.parent
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "build", "*.egg-info")
@@ -59,7 +61,7 @@ def build_tree(dest: Path, python: str) -> Path:
         shutil.copytree(root / tree, dest / tree, ignore=ignore)
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy2(root / name, dest / name)
-    env = {**os.environ, "APF_GATEWAY_COMPILE": "1"}
+    env = {**os.environ, "APF_GATEWAY_COMPILE": "1", "APF_GATEWAY_COMPILE_OPT": opt_level}
     subprocess.run(
         [python, "setup.py", "-q", "build_ext", "--inplace"],
         cwd=dest, env=env, check=True, capture_output=True, text=True,

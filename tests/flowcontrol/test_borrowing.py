@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.flowcontrol.conc_alloc import AllocationError, AllocItem, compute_allocation
 from tests.flowcontrol.borrow_harness import Harness, exempt_pl, limited_pl, user_fs
+from tests.support.examples import examples
 
 REL = 1e-9
 
@@ -44,7 +45,7 @@ def problems(draw: st.DrawFn) -> tuple[int, list[AllocItem]]:
     return draw(st.integers(low, high)), items
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(problems())
 def test_allocation_sums_to_required_and_respects_bounds(
     problem: tuple[int, list[AllocItem]],

@@ -19,6 +19,7 @@ from gateway.flowcontrol.objects import (
     SubjectKind,
 )
 from tests.flowcontrol.builders import flow_schema
+from tests.support.examples import examples
 
 NAMES = ("alice", "bob", "system:kube-scheduler")
 GROUPS = ("g1", "g2", "system:authenticated")
@@ -121,14 +122,14 @@ def _non_resource_example(draw: st.DrawFn, fs: FlowSchema) -> RequestDigest:
     return RequestDigest(_user_for(draw, draw(st.sampled_from(rule.subjects))), info)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(schemas, st.data())
 def test_matches_own_resource_examples(fs: FlowSchema, data: st.DataObject) -> None:
     example = data.draw(st.composite(lambda draw: _resource_example(draw, fs))())
     assert flow_schema_matches(fs, example)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(schemas, st.data())
 def test_matches_own_non_resource_examples(fs: FlowSchema, data: st.DataObject) -> None:
     example = data.draw(st.composite(lambda draw: _non_resource_example(draw, fs))())
@@ -176,7 +177,7 @@ def _counter(example: RequestDigest, dimension: str) -> RequestDigest:
     return dataclasses.replace(example, info=dataclasses.replace(info, **changes))  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(schemas, st.booleans(), st.data())
 def test_rejects_counter_examples(fs: FlowSchema, resource: bool, data: st.DataObject) -> None:
     build = _resource_example if resource else _non_resource_example

@@ -12,6 +12,7 @@ from gateway.flowcontrol.queueset import EXECUTING, WAITING, QueueSet, Request
 from gateway.flowcontrol.stats import FlowStats, Histogram
 from gateway.testing import FakeEventClock
 from tests.flowcontrol.test_queueset_properties import operations, queue_configs
+from tests.support.examples import examples
 
 
 class Run:
@@ -103,7 +104,7 @@ def _stats(s: FlowStats) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(queue_configs(), operations)
 def test_direct_dispatch_matches_general_path(
     config: tuple[int, int, int, int], ops: list[tuple[Any, ...]]

@@ -21,6 +21,7 @@ from tests.flowcontrol.test_queueset_properties import (
     cancel,
     finish,
 )
+from tests.support.examples import examples
 
 
 class ScanQueueSet(QueueSet):
@@ -110,7 +111,7 @@ heap_operations = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(crowded_configs(), heap_operations)
 def test_heap_dispatch_matches_kubernetes_scan(
     config: tuple[int, int, int, int], ops: list[tuple[Any, ...]]

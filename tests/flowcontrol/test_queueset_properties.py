@@ -23,6 +23,7 @@ from gateway.flowcontrol.queueset import (
 from gateway.flowcontrol.shufflesharding import required_entropy_bits
 from gateway.flowcontrol.stats import FlowStats
 from gateway.testing import FakeEventClock
+from tests.support.examples import examples
 
 
 @dataclass
@@ -152,7 +153,7 @@ def _do(model: Model, op: tuple[Any, ...]) -> None:
         clock.advance(float(op[1]))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(queue_configs(), operations)
 def test_seat_limit_and_counters(
     config: tuple[int, int, int, int], ops: list[tuple[Any, ...]]

@@ -15,6 +15,7 @@ from gateway.flowcontrol.shufflesharding import (
     DealerError,
     required_entropy_bits,
 )
+from tests.support.examples import examples
 
 
 @pytest.mark.parametrize(("deck", "hand", "bits"), [(1024, 6, 60), (512, 8, 72), (64, 6, 36)])
@@ -73,7 +74,7 @@ def _deck_hand(draw: st.DrawFn) -> tuple[int, int]:
     return deck, hand
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_deck_hand(), st.integers(0, (1 << 64) - 1))
 def test_hands_distinct_and_in_range(deck_hand: tuple[int, int], hash_value: int) -> None:
     deck, hand = deck_hand
