@@ -219,11 +219,14 @@ class FlowControlMiddleware:
             if kind == "http":
                 await self._queued(started, scope, receive, send)
                 return
+            queued_at = self.controller.clock.now()
             try:
                 admission = await started.wait()
             except Rejected as rejected:
+                _waited(scope, self.controller.clock.now() - queued_at, rejected)
                 await self._reject(kind, scope, send, rejected)
                 return
+            _waited(scope, self.controller.clock.now() - queued_at, None)
             await self._run(admission, scope, receive, send)
         elif isinstance(started, Rejected):
             await self._reject(kind, scope, send, started)
@@ -244,17 +247,28 @@ class FlowControlMiddleware:
             digest = self.describer.describe(scope)
         except RequestRefused as exc:
             return exc
-        scope[CONTEXT_KEY] = RequestContext(digest)
+        context = scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.bypasses_flow_control:
+            context.apf = "bypassed"
             return None
         controller = self.controller
         classification = controller.classify(digest)
         work = self.estimator(digest, classification, scope)
+        context.classification = classification
+        context.work = work
         verb = digest.info.verb
-        return try_start(
+        started = try_start(
             controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,
             watch=verb == "watch", wait_limit=self._wait_limit,
         )  # fmt: skip
+        if isinstance(started, Admission):
+            context.apf = "executed"
+        elif isinstance(started, Waiter):
+            context.apf = "queued"
+        else:
+            context.apf = "rejected"
+            context.apf_reason = started.reason
+        return started
 
     def _inner(self, scope: Scope) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
@@ -299,6 +313,8 @@ class FlowControlMiddleware:
                 size += len(message.get("body", b""))
             return False
 
+        now = self.controller.clock.now
+        queued_at = now()
         entering = asyncio.ensure_future(waiter.wait())
         listener = asyncio.ensure_future(listen())
         try:
@@ -311,12 +327,15 @@ class FlowControlMiddleware:
         listener.cancel()
         if not entering.done():  # the client went away while queued
             await _abandon(waiter, entering, listener)
+            _waited(scope, now() - queued_at, "cancelled")
             return
         try:
             admission = entering.result()
         except Rejected as rejected:
+            _waited(scope, now() - queued_at, rejected)
             await self._reject("http", scope, send, rejected)
             return
+        _waited(scope, now() - queued_at, None)
 
         async def replay() -> Message:
             if buffered:
@@ -342,6 +361,16 @@ class FlowControlMiddleware:
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
             priority_level=rejected.classification.priority_level, reason=rejected.reason,
         )  # fmt: skip
+
+
+def _waited(scope: Scope, seconds: float, rejected: Rejected | str | None) -> None:
+    """Record a queued request's wait, and its rejection if it was rejected, for the log."""
+    context = scope[CONTEXT_KEY]
+    assert isinstance(context, RequestContext)
+    context.queue_wait = seconds
+    if rejected is not None:
+        context.apf = "rejected"
+        context.apf_reason = rejected if isinstance(rejected, str) else rejected.reason
 
 
 async def _abandon(

@@ -72,14 +72,17 @@ class MaxInFlightMiddleware:
         except RequestRefused as exc:
             await send_refused(scope, send, exc, self.error_format)
             return
-        scope[CONTEXT_KEY] = RequestContext(digest)
+        context = scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.long_running or PRIVILEGED_GROUP in digest.user.groups:
+            context.apf = "bypassed"
             await self.app(scope, receive, send)
             return
         kind = "readOnly" if digest.info.is_read_only else "mutating"
         limit = self.limits[kind]
         counter = self.inflight[kind]
         if limit and counter.current >= limit:
+            context.apf = "rejected"
+            context.apf_reason = "max-in-flight"
             if self.on_reject:
                 self.on_reject(kind)
             if is_openwhisk(self.error_format, scope):
@@ -88,6 +91,7 @@ class MaxInFlightMiddleware:
                 return
             await send_too_many_requests(send, 1, status_body=self.status_body)
             return
+        context.apf = "executed"
         counter.roll(int(self.now()))
         counter.add(1)
         try:

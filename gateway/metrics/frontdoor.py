@@ -38,6 +38,16 @@ class ClosedConnections(Protocol):
     def closed(self) -> Mapping[str, int]: ...  # connections closed, by reason
 
 
+class AccessLogCounts(Protocol):
+    """What is read of the access log's writer (``accesslog.writer.AccessLogWriter``)."""
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
 
@@ -68,6 +78,7 @@ class FrontDoorMetrics(Collector):
         self.maxinflight: InFlightWatermarks | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
         self.client: ClosedConnections | None = None
+        self.access_log: AccessLogCounts | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
@@ -129,6 +140,18 @@ class FrontDoorMetrics(Collector):
                 "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
                 "reason", self.client.closed,
             )  # fmt: skip
+        if self.access_log is not None:
+            yield CounterMetricFamily(
+                "gateway_access_log_lines",
+                "Access log lines written.",
+                value=self.access_log.written,
+            )
+            yield CounterMetricFamily(
+                "gateway_access_log_dropped_lines",
+                "Access log lines dropped: the queue was full (the writer fell behind) or a "
+                "write failed.",
+                value=self.access_log.dropped,
+            )
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",

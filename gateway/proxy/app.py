@@ -208,8 +208,11 @@ class ProxyApp:
                 log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
                 return
             assert isinstance(exc, UpstreamError)
+            elapsed = time.perf_counter() - started
+            if context is not None:
+                context.upstream_seconds = elapsed
             if self.observe:
-                self.observe(route.url, exc.kind, time.perf_counter() - started)
+                self.observe(route.url, exc.kind, elapsed)
             code = exc.status
             if route.error_format == OPENWHISK:  # no internal address in a platform's answer
                 await send_openwhisk_error(
@@ -222,8 +225,11 @@ class ProxyApp:
                 headers=added_headers(scope),
             )  # fmt: skip
             return
+        elapsed = time.perf_counter() - started
+        if context is not None:
+            context.upstream_seconds = elapsed
         if self.observe:
-            self.observe(route.url, "", time.perf_counter() - started)
+            self.observe(route.url, "", elapsed)
         # While the body still streams (the upstream answered early), its iterator is the one
         # reader of ``receive`` and notices a client that leaves; a second reader would steal
         # body chunks.

@@ -1,0 +1,174 @@
+"""One access log entry and its two line formats; run in the writer thread, never on the
+event loop.
+
+An entry is what the middleware had at hand when the response ended: the scope (read here,
+after the request is over, so the event loop copies nothing) and the few numbers only it
+knows. JSON field names follow the issue that asked for them and Kubernetes' httplog where it
+has one (``apf_pl``, ``apf_fs``, ``apf_iseats``); ``combined`` is nginx's format.
+"""
+
+from __future__ import annotations
+
+import time
+from json.encoder import encode_basestring
+from typing import Final, NamedTuple
+
+from gateway.accesslog.redact import redact_query, redact_url
+from gateway.asgi.context import request_context
+from gateway.http.types import Scope
+
+FORMATS: Final = ("json", "combined")
+
+
+class Entry(NamedTuple):
+    started: float  # wall clock (time.time) when the request reached the front door
+    duration: float  # seconds until the response was complete
+    request_id: bytes
+    scope: Scope
+    status: int
+    bytes_in: int
+    bytes_out: int
+
+
+class _SecondCache:
+    """A timestamp's text down to the second, formatted once per second."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.second = -1
+        self.text = ""
+
+    def __call__(self, second: int) -> str:
+        if second != self.second:
+            self.text = time.strftime(self.fmt, time.gmtime(second))
+            self.second = second
+        return self.text
+
+
+def protocol(scope: Scope) -> str:
+    if scope["type"] == "websocket":
+        return "websocket"
+    version = scope.get("http_version", "1.1")
+    return "h2" if version == "2" else "http/" + version
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for n, v in scope["headers"]:
+        if n == name:
+            return str(v.decode("latin-1"))
+    return None
+
+
+def _str(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.6f}"
+
+
+class JsonFormat:
+    def __init__(self) -> None:
+        self._second = _SecondCache("%Y-%m-%dT%H:%M:%S")
+
+    def __call__(self, e: Entry) -> str:
+        scope = e.scope
+        second = int(e.started)
+        millis = int((e.started - second) * 1000)
+        client = scope.get("client")
+        context = request_context(scope)
+        user = fs = pl = distinguisher = reason = apf = None
+        seats = "null"
+        wait = "0.000000"
+        upstream = "null"
+        if context is not None:
+            user = context.digest.user.name
+            c = context.classification
+            if c is not None:
+                fs, pl, distinguisher = c.flow_schema, c.priority_level, c.distinguisher
+                seats = str(context.work.initial_seats)
+            apf = context.apf or None
+            reason = context.apf_reason or None
+            wait = _seconds(context.queue_wait)
+            if context.upstream_seconds >= 0:
+                upstream = _seconds(context.upstream_seconds)
+        query = scope.get("query_string", b"")
+        referer = _header(scope, b"referer")
+        return (
+            f'{{"time":"{self._second(second)}.{millis:03d}Z"'
+            f',"requestID":{_str(e.request_id.decode("ascii"))}'
+            f',"client":{_str(client[0] if client else None)}'
+            f',"user":{_str(user)}'
+            f',"method":{_str(scope.get("method", "GET"))}'
+            f',"path":{_str(scope["path"])}'
+            f',"query":{_str(redact_query(query.decode("latin-1")))}'
+            f',"status":{e.status}'
+            f',"bytesIn":{e.bytes_in}'
+            f',"bytesOut":{e.bytes_out}'
+            f',"durationSeconds":{_seconds(e.duration)}'
+            f',"upstreamSeconds":{upstream}'
+            f',"flowSchema":{_str(fs)}'
+            f',"priorityLevel":{_str(pl)}'
+            f',"flowDistinguisher":{_str(distinguisher)}'
+            f',"seats":{seats}'
+            f',"queueWaitSeconds":{wait}'
+            f',"apf":{_str(apf)}'
+            f',"apfReason":{_str(reason)}'
+            f',"protocol":{_str(protocol(scope))}'
+            f',"userAgent":{_str(_header(scope, b"user-agent"))}'
+            f',"referer":{_str(None if referer is None else redact_url(referer))}}}'
+        )
+
+
+def _quoted(value: str | None) -> str:
+    """nginx's default log escaping: ``"``, ``\\`` and bytes outside 0x20-0x7E as ``\\xHH``."""
+    if value is None or value == "":
+        return "-"
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return value
+    out = []
+    for byte in value.encode("utf-8", "surrogateescape"):
+        if byte < 0x20 or byte > 0x7E or byte in (0x22, 0x5C):
+            out.append(f"\\x{byte:02X}")
+        else:
+            out.append(chr(byte))
+    return "".join(out)
+
+
+class CombinedFormat:
+    """``$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
+    "$http_referer" "$http_user_agent"`` (nginx's ``combined``), time in UTC."""
+
+    def __init__(self) -> None:
+        self._second = _SecondCache("%d/%b/%Y:%H:%M:%S +0000")
+
+    def __call__(self, e: Entry) -> str:
+        scope = e.scope
+        client = scope.get("client")
+        context = request_context(scope)
+        user = context.digest.user.name if context is not None else None
+        raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+        target = raw.decode("latin-1")
+        query = scope.get("query_string", b"")
+        if query:
+            target += "?" + redact_query(query.decode("latin-1"))
+        if scope["type"] == "websocket":
+            version = "HTTP/1.1"
+        else:
+            version = "HTTP/" + scope.get("http_version", "1.1")
+        request = f"{scope.get('method', 'GET')} {target} {version}"
+        referer = _header(scope, b"referer")
+        return (
+            f"{_quoted(client[0] if client else None)} - {_quoted(user)} "
+            f'[{self._second(int(e.started))}] "{_quoted(request)}" {e.status} {e.bytes_out} '
+            f'"{_quoted(None if referer is None else redact_url(referer))}" '
+            f'"{_quoted(_header(scope, b"user-agent"))}"'
+        )
+
+
+def formatter(name: str) -> JsonFormat | CombinedFormat:
+    if name == "combined":
+        return CombinedFormat()
+    if name == "json":
+        return JsonFormat()
+    raise ValueError(f"unknown access log format {name!r} (expected one of {FORMATS})")

@@ -1,0 +1,133 @@
+"""The access log's writer: a bounded queue the event loop appends to, drained by one thread.
+
+The event loop only appends an entry to a deque (atomic under the GIL, no lock, no wake-up
+call): formatting and writing happen in the thread, which drains the queue every
+``POLL_SECONDS`` or sooner when stopped. A full queue drops the entry and counts it, so a slow
+disk or a stdout pipe nobody reads never delays a request; a failed write drops its lines
+(counted, and logged once per failure streak). Each batch is written with ``os.write`` in
+pieces that end on a line, so lines are never split by other writers of the same file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections import deque
+from typing import Final
+
+from gateway.accesslog.fields import CombinedFormat, Entry, JsonFormat, formatter
+
+log = logging.getLogger("gateway.accesslog")
+
+POLL_SECONDS: Final = 0.05
+STDOUT: Final = "-"
+CHUNK: Final = 64 * 1024
+
+
+def open_path(path: str) -> int:
+    """A file descriptor for ``path`` ("-": standard output). Raises ``OSError``."""
+    if path == STDOUT:
+        sys.stdout.flush()
+        return os.dup(sys.stdout.fileno())
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    return os.open(path, flags, 0o640)
+
+
+class AccessLogWriter:
+    def __init__(self, fd: int, *, format: str, queue_size: int, flush_timeout: float) -> None:
+        self.fd = fd
+        self.format: JsonFormat | CombinedFormat = formatter(format)
+        self.queue_size = queue_size
+        self.flush_timeout = flush_timeout
+        self.queue: deque[Entry] = deque()
+        self.dropped = 0  # counted on the event loop (queue full) and in the thread (write)
+        self.written = 0
+        self._failing = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # orders the two ``dropped`` writers
+
+    @classmethod
+    def open(
+        cls, path: str, *, format: str, queue_size: int, flush_timeout: float
+    ) -> AccessLogWriter:
+        return cls(
+            open_path(path), format=format, queue_size=queue_size, flush_timeout=flush_timeout
+        )
+
+    def submit(self, entry: Entry) -> None:
+        """On the event loop: queue ``entry``, or drop it when the queue is full."""
+        if len(self.queue) >= self.queue_size:
+            with self._lock:
+                self.dropped += 1
+            return
+        self.queue.append(entry)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Write what is queued (waiting at most ``flush_timeout``), then close the file."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(self.flush_timeout)
+            if thread.is_alive():
+                log.warning(
+                    "access log: %d lines not written within %gs at shutdown",
+                    len(self.queue), self.flush_timeout,
+                )  # fmt: skip
+                return  # the thread may still be writing to the descriptor
+        else:
+            self._drain()
+        os.close(self.fd)
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.wait(POLL_SECONDS)
+            self._drain()
+            if stopping:
+                return
+
+    def _drain(self) -> None:
+        queue = self.queue
+        while queue:
+            lines: list[str] = []
+            size = 0
+            while queue and size < CHUNK:
+                entry = queue.popleft()
+                try:
+                    line = self.format(entry)
+                except Exception:
+                    log.exception("access log: an entry could not be formatted")
+                    self._drop(1)
+                    continue
+                lines.append(line)
+                size += len(line) + 1
+            if lines:
+                lines.append("")
+                self._write("\n".join(lines).encode("utf-8", "replace"), len(lines) - 1)
+
+    def _write(self, data: bytes, count: int) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:
+            self._drop(count)
+            if not self._failing:
+                log.warning("access log: writing failed, lines are dropped: %s", exc)
+                self._failing = True
+            return
+        if self._failing:
+            log.warning("access log: writing works again")
+            self._failing = False
+        self.written += count
+
+    def _drop(self, count: int) -> None:
+        with self._lock:
+            self.dropped += count
