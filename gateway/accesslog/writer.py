@@ -46,7 +46,7 @@ class AccessLogWriter:
         self.written = 0
         self._failing = False
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         self._lock = threading.Lock()  # orders the two ``dropped`` writers
 
     @classmethod
@@ -66,17 +66,17 @@ class AccessLogWriter:
         self.queue.append(entry)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
-            self._thread.start()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name="access-log", daemon=True)
+            self._worker.start()
 
     def close(self) -> None:
         """Write what is queued (waiting at most ``flush_timeout``), then close the file."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(self.flush_timeout)
-            if thread.is_alive():
+        worker = self._worker
+        if worker is not None:
+            worker.join(self.flush_timeout)
+            if worker.is_alive():
                 log.warning(
                     "access log: %d lines not written within %gs at shutdown",
                     len(self.queue), self.flush_timeout,
