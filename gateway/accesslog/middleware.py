@@ -29,7 +29,9 @@ def header_name(name: str) -> bytes:
 def with_id(headers: Headers, name: bytes, value: bytes) -> Headers:
     """``headers`` with ``name`` set to ``value`` only (an upstream's own value is replaced:
     the client gets the ID the gateway forwarded and logged)."""
-    return [*(h for h in headers if h[0] != name), (name, value)]
+    out = [h for h in headers if h[0] != name]
+    out.append((name, value))
+    return out
 
 
 class RequestLog:
@@ -58,7 +60,7 @@ class RequestLog:
         headers: Headers = scope["headers"]
         rid, kept = request_id(headers, name)
         if not kept:  # forwarded upstream with the request's other headers
-            scope["headers"] = [*(h for h in headers if h[0] != name), (name, rid)]
+            scope["headers"] = with_id(headers, name, rid)
         if not self.enabled:
             await app(scope, receive, _adding_id(send, name, rid))
             return
