@@ -7,7 +7,10 @@ case's) in front of a slow upstream run here, then for ``window`` seconds drives
 - ``upload``: clients push a 200 MB body as fast as their sockets take it; the upstream reads
   each body at ``--rate`` bytes/s;
 - ``download``: the upstream sends a 200 MB body as fast as it can; each client reads at
-  ``--rate``.
+  ``--rate``;
+- ``queued``: uploads as above to a gateway admitting ``--queued-inflight`` requests at a time
+  (``--max-requests-inflight`` and ``--max-mutating-requests-inflight`` each), so the rest wait
+  in APF queues, each reading some of its body ahead meanwhile (issue 21 item 6).
 
 A slow peer never lets a transfer finish inside the window, which is the point: what the
 gateway holds is then whatever it buffers between a fast side and a slow one. Reported: the
@@ -128,13 +131,13 @@ async def run_case(case: Case, args: argparse.Namespace) -> None:
     server = await asyncio.start_server(up.handle, "127.0.0.1", 0)
     up_port = server.sockets[0].getsockname()[1]
     port = free_port()
-    proc = spawn_gateway(args, port, up_port)
+    proc = spawn_gateway(args, port, up_port, queued=case.kind == "queued")
     try:
         await wait_ready(port, proc)
         case.idle_kib = status_kib(proc.pid, "VmRSS")
         downloads: list[asyncio.Task[int]] = []
         for _ in range(case.clients):
-            if case.kind == "upload":
+            if case.kind in ("upload", "queued"):
                 case.tasks.append(asyncio.ensure_future(upload(port, args.size)))
             else:
                 downloads.append(asyncio.ensure_future(download(port, args.rate)))
@@ -148,7 +151,7 @@ async def run_case(case: Case, args: argparse.Namespace) -> None:
         for t in [*case.tasks, *downloads]:
             t.cancel()
         await asyncio.gather(*case.tasks, *downloads, return_exceptions=True)
-        case.moved = up.received if case.kind == "upload" else up.sent
+        case.moved = up.sent if case.kind == "download" else up.received
         await asyncio.sleep(args.settle)
         case.after_kib = status_kib(proc.pid, "VmRSS")
     finally:
@@ -161,7 +164,9 @@ async def run_case(case: Case, args: argparse.Namespace) -> None:
         server.close()
 
 
-def spawn_gateway(args: argparse.Namespace, port: int, up_port: int) -> subprocess.Popen[bytes]:
+def spawn_gateway(
+    args: argparse.Namespace, port: int, up_port: int, *, queued: bool = False
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     if args.pythonpath:
         env["PYTHONPATH"] = args.pythonpath
@@ -170,6 +175,10 @@ def spawn_gateway(args: argparse.Namespace, port: int, up_port: int) -> subproce
         "--listen", f"127.0.0.1:{port}", "--upstream", f"http://127.0.0.1:{up_port}",
         "--proxy-transport", args.transport,
     ]  # fmt: skip
+    if queued:
+        n = str(args.queued_inflight)
+        cmd += ["--max-requests-inflight", n, "--max-mutating-requests-inflight", n]
+    cmd += args.gateway_arg
     # ``-m`` puts the working directory first on sys.path: run from the tree measured.
     return subprocess.Popen(
         cmd, env=env, cwd=args.pythonpath or None,
@@ -203,6 +212,10 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=2.0, help="seconds before the 'after' RSS")
     p.add_argument("--transport", default="h1")
     p.add_argument("--max-rss", type=int, default=3 * 1024 * MiB, help="cut a case above this")
+    p.add_argument("--queued-inflight", type=int, default=10, help="admitted at once, 'queued'")
+    p.add_argument(
+        "--gateway-arg", action="append", default=[], help="one more `serve` argument (repeatable)"
+    )
     p.add_argument("--pythonpath", default="", help="run the gateway from another source tree")
     args = p.parse_args()
     print("| case | idle RSS MiB | peak RSS MiB | after MiB | MB through |")

@@ -43,6 +43,13 @@ from gateway.manager.backends.base import ContainerSpec
 from gateway.manager.backends.local import LocalProcessBackend
 
 IDENTITY = {"X-Remote-User": "bench", "X-Remote-Extra-Namespace": "guest"}
+
+
+def identity() -> dict[str, str]:
+    """What the front door sends a router: routers read the identity only with the token."""
+    return {**IDENTITY, "Authorization": f"Bearer {os.environ['APF_INTERNAL_TOKEN']}"}
+
+
 KEY = "b3nch000-0000-0000-0000-000000000000:benchkey"
 NOOP = "def main(args):\n    return {'ok': True}\n"
 BASELINE = "baseline: "
@@ -147,6 +154,12 @@ class Platform:
             keys = state / "keys"
             keys.write_text(f"{KEY},bench,guest\n")
             port = free_port()
+            token: list[str] = []
+            if tree is None:  # a baseline tree may predate it (its routers trust loopback)
+                path = state / "internal-token"
+                path.write_text(os.environ["APF_INTERNAL_TOKEN"])
+                path.chmod(0o600)
+                token = ["--upstream-token-file", f"/={path}"]
             proc, _ = start(
                 [
                     "serve",
@@ -160,6 +173,7 @@ class Platform:
                     "false",
                     "--log-level",
                     "warning",
+                    *token,
                 ],
                 state / "front.log",
                 announce=False,
@@ -214,7 +228,7 @@ async def warm(args: argparse.Namespace, root: Path) -> list[str]:
     base_runtime: subprocess.Popen[bytes] | None = None
     extra: list[subprocess.Popen[bytes]] = []
     try:
-        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+        async with aiohttp.ClientSession(headers=identity()) as s:
             init = {"value": {"code": NOOP}}
             await timed(s, "POST", direct.url + "/init", json=init, **secret)
             variants: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -308,7 +322,7 @@ async def cold(args: argparse.Namespace, root: Path) -> list[str]:
         )
     out: dict[str, list[float]] = {label: [] for label in platforms}
     try:
-        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+        async with aiohttp.ClientSession(headers=identity()) as s:
             for i in range(args.colds):
                 for label, p in platforms.items():
                     name = f"a{i}"
@@ -382,7 +396,7 @@ async def pause(args: argparse.Namespace, root: Path) -> list[str]:
     paused: list[float] = []
     running: list[float] = []
     try:
-        async with aiohttp.ClientSession(headers=IDENTITY) as s:
+        async with aiohttp.ClientSession(headers=identity()) as s:
             for url in urls.values():
                 await timed(
                     s,

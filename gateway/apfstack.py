@@ -35,7 +35,8 @@ def build_controller(
         clock=clock, server_concurrency_limit=s.server_concurrency_limit,
         config=loaded.effective, mandatory=bootstrap.mandatory(),
     )  # fmt: skip
-    endpoints.registry.register(APFMetrics(controller))
+    show_hidden = bool(s.show_hidden_metrics_for_version)
+    endpoints.registry.register(APFMetrics(controller, show_hidden=show_hidden))
     wall_offset = time.time() - time.monotonic()
     endpoints.dumps = {
         "dump_priority_levels": lambda _details: debug.dump_priority_levels(controller),
@@ -79,5 +80,6 @@ def build_flow_control(
         request_timeout=s.request_timeout,
         status_body=s.too_many_requests_body == "status",
         error_format=error_format,
+        max_queued_body_bytes=s.client.max_queued_body_bytes,
     )
     return middleware, work_estimator

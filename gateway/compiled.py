@@ -59,7 +59,7 @@ def build_tree(dest: Path, python: str) -> Path:
     root = Path(__file__).resolve().parent.parent
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "build", "*.egg-info")
     shutil.copytree(root / "gateway", dest / "gateway", ignore=ignore)
-    for tree in ("tests", "config"):
+    for tree in ("tests", "config", "examples"):  # examples: the sidecar examples' tests
         shutil.copytree(root / tree, dest / tree, ignore=ignore)
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy2(root / name, dest / name)

@@ -23,6 +23,7 @@ from gateway.accesslog.middleware import RequestLog
 from gateway.accesslog.writer import AccessLogWriter
 from gateway.apfstack import build_controller, build_flow_control
 from gateway.asgi.canonical import BadPath, canonicalize
+from gateway.asgi.credentials import read_bearer_token
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
 from gateway.asgi.errorformat import send_refused
@@ -33,19 +34,27 @@ from gateway.asgi.workestimate import GatewayEstimator
 from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.http.websocket import http_send
+from gateway.metrics.authn import AuthenticationMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
 from gateway.proxy.transport import PoolLimits, Timeouts, Transport, create_transport
+from gateway.proxy.upstream_tls import UpstreamTLS
+from gateway.proxy.websocket import WebSocketLimits, WebSocketUpstream
 from gateway.reconfigure import Swap, apply_all, assign
+from gateway.serving.h2_select import http2_mixin
 from gateway.serving.limits import ClientLimits
 from gateway.serving.protocol import protocol_class
+from gateway.serving.tls import ServerTLS
+from gateway.serving.websocket import websocket_protocol_class
+from gateway.settings.model import GatewaySettings
 from gateway.settings.reload import Reloader
 from gateway.settings.sources import LoadedConfig
 
 log = logging.getLogger("gateway.server")
 RESTART_ONLY = ("listen", "upstreams", "proxy", "enable_priority_and_fairness",
-                "http_implementation")  # fmt: skip
+                "http_implementation", "tls", "show_hidden_metrics_for_version")  # fmt: skip
 
 
 class LoopClock:
@@ -84,19 +93,37 @@ class Gateway:
             raise ValueError("no upstream configured (--upstream URL or upstreams: in the config)")
         self.settings = settings
         # Read by each new client connection (gateway/serving); a reload swaps the settings.
-        self.client_limits = ClientLimits(settings.client)
+        # The listener asks for client certificates when a bundle can verify them.
+        self.client_limits = ClientLimits(
+            settings.client, peer_certificates=settings.tls.enabled and _wants_certs(settings)
+        )
+        # The HTTPS listener's certificates (read here: a bad file fails the start).
+        self.tls = (
+            ServerTLS(settings.tls, client_certs=self.client_limits.peer_certificates)
+            if settings.tls.enabled
+            else None
+        )
         # What the listener, the proxy's routes and transport and the admission kind were
         # built from: reloads change these only after a restart.
         self.running_since_start = settings
         self.lifecycle = Lifecycle()
-        self.metrics = FrontDoorMetrics()
+        self.metrics = FrontDoorMetrics(u.url.rstrip("/") for u in settings.upstreams)
         self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         self.describer = RequestDescriber.from_settings(
             settings.authentication, settings.route_templates
         )
+        self.authn_metrics = AuthenticationMetrics(time.time)
+        self.registry.register(self.authn_metrics)
+        self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
+        self.describer.on_webhook_request = self.authn_metrics.observe_webhook
+        self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
+        self.describer.wire(self.describer.authenticator)
+        self.authn_metrics.attempts = self.describer.attempts
+        self.authn_metrics.durations = self.describer.durations
         p = settings.proxy
+        upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(
             p.transport,
             timeouts=Timeouts(
@@ -108,11 +135,18 @@ class Gateway:
                 max_connections=settings.server_concurrency_limit,
                 keepalive_expiry=p.keepalive_expiry,
             ),
+            tls=upstream_tls,
         )
         rh = settings.authentication.request_header
         self.proxy = ProxyApp(
             routes=[
-                UpstreamRoute(u.prefix, u.url.rstrip("/"), u.strip_prefix, u.error_format)
+                UpstreamRoute(
+                    u.prefix,
+                    u.url.rstrip("/"),
+                    u.strip_prefix,
+                    u.error_format,
+                    read_bearer_token(u.bearer_token_file) if u.bearer_token_file else "",
+                )
                 for u in settings.upstreams
             ],
             transport=self.transport,
@@ -124,6 +158,18 @@ class Gateway:
             ),
             observe=self.metrics.observe_upstream,
             max_connections=settings.server_concurrency_limit,
+            websockets=WebSocketUpstream(
+                WebSocketLimits(
+                    max_message_bytes=p.websocket.max_message_bytes,
+                    idle_timeout=p.websocket.idle_timeout,
+                    ping_interval=p.websocket.ping_interval,
+                    client_send_timeout=settings.client.send_timeout,
+                    upstream_send_timeout=p.read_timeout or math.inf,
+                    connect_timeout=p.connect_timeout or None,
+                    handshake_timeout=p.read_timeout or None,
+                ),
+                tls=upstream_tls,
+            ),
         )
         # Admission answers 401/429 in the route's shape; None keeps its rejections free of
         # any route look-up when no route asks for OpenWhisk's.
@@ -133,6 +179,9 @@ class Gateway:
             metrics_groups=settings.metrics_allowed_groups,
         )  # fmt: skip
         self.admission: ASGIApp = self._build_admission(loaded)
+        # The relay's idle and stall timers run on APF's clock when there is one (a test's
+        # fake clock drives both), else on the loop's.
+        self.proxy.websockets.clock = self.clock or AsyncioEventClock(self.loop)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
         a = settings.access_log
         self.access_log = AccessLogWriter.open(
@@ -173,6 +222,7 @@ class Gateway:
             describer=self.describer, estimator=self.estimator, error_format=self.error_format,
         )  # fmt: skip
         self.estimator = middleware.estimator
+        self.metrics.read_ahead = middleware.read_ahead
         self.flow_control = middleware
         return middleware
 
@@ -203,10 +253,13 @@ class Gateway:
                     borrowing_period=new.borrowing_adjustment_period,
                     request_timeout=new.request_timeout,
                     status_body=new.too_many_requests_body == "status",
+                    max_queued_body_bytes=new.client.max_queued_body_bytes,
                 )
             )
         if self.work_estimator is not None:
             swaps.append(self.work_estimator.prepare(new.work_estimation))
+        if self.tls is not None:
+            swaps.append(self.tls.prepare())  # the certificate files, read again
         swaps += [
             self.proxy.prepare(
                 request_header=new.authentication.request_header,
@@ -232,6 +285,12 @@ class Gateway:
             for field in ("path", "queue_size"):
                 if getattr(new.access_log, field) != getattr(before, field):
                     log.warning("access_log.%s changed; it takes effect after a restart", field)
+            if _wants_certs(new) and not self.client_limits.peer_certificates:
+                log.warning("client CA files added; the listener asks for certificates after "
+                            "a restart")  # fmt: skip
+            h2c = self.running_since_start.client.http2.prior_knowledge
+            if new.client.http2.prior_knowledge != h2c:  # it picks the listener's protocol class
+                log.warning("client.http2.priorKnowledge changed; it takes effect after a restart")
 
         return commit
 
@@ -268,8 +327,17 @@ class Gateway:
                 )
                 return
             # the probes; everything else goes to admission
-            await self.request_log.serve(self.health, scope, receive, send)
+            if self.describer.authenticator.prefetch is not None:
+                await self.request_log.serve(self._prefetched, scope, receive, send)
+            else:
+                await self.request_log.serve(self.health, scope, receive, send)
             return
+        await self.health(scope, receive, send)
+
+    async def _prefetched(self, scope: Scope, receive: Receive, send: Send) -> None:
+        prefetch = self.describer.authenticator.prefetch
+        if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
+            await prefetch(scope)
         await self.health(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -296,6 +364,7 @@ class Gateway:
                 if self.reloader is not None:
                     await self.reloader.stop()
                 await self.transport.aclose()
+                await self.proxy.websockets.aclose()
                 # every request is over: write what is queued (bounded by flushTimeout)
                 await asyncio.to_thread(self.access_log.close)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -303,17 +372,20 @@ class Gateway:
 
 
 class _RefusePath:
-    """The answer to a path that cannot be made canonical (400, or websocket close 1008)."""
+    """The answer to a path that cannot be made canonical: 400 (for a websocket, the same
+    answer through ``http_send``), inside the request log."""
 
     def __init__(self, exc: BadPath, error_format: Callable[[str], str] | None) -> None:
         self.exc = exc
         self.error_format = error_format
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await send_refused(scope, send, self.exc, self.error_format)
-        else:
-            await send({"type": "websocket.close", "code": 1008})
+        await send_refused(scope, http_send(scope, send), self.exc, self.error_format)
+
+
+def _wants_certs(settings: GatewaySettings) -> bool:
+    auth = settings.authentication
+    return bool(auth.client_ca_file or auth.request_header.client_ca_file)
 
 
 def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | None = None) -> Any:
@@ -326,10 +398,25 @@ def uvicorn_config(gateway: Gateway, *, log_level: str = "info", port: int | Non
 
     s = gateway.settings
     host, listen_port = s.host_port
+    tls = gateway.tls
+    ws = s.proxy.websocket
+    # h2c only when asked: without it the plain listener runs the HTTP/1.1 classes unchanged.
+    # A TLS listener takes http2_mixin(...) always (ALPN "h2"; gateway/serving/h2_select.py).
+    prior_knowledge = s.client.http2.prior_knowledge
+    http2 = http2_mixin(prior_knowledge) if prior_knowledge or tls is not None else None
     return uvicorn.Config(
         gateway, host=host, port=listen_port if port is None else port, loop="none",
-        http=protocol_class(s.http_implementation, gateway.client_limits), lifespan="on",
+        http=protocol_class(s.http_implementation, gateway.client_limits, http2=http2),
+        lifespan="on",
         timeout_keep_alive=math.ceil(s.client.keep_alive_timeout), access_log=False,
         server_header=False, date_header=False, proxy_headers=False, log_level=log_level,
         timeout_graceful_shutdown=math.ceil(gateway.settings.shutdown_grace_period),
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls.context,
+        # uvicorn[standard]'s websockets-sansio implementation with the client send timeout
+        # (gateway.serving.websocket), named rather than "auto" (which would pick wsproto
+        # without websockets); it offers websocket.http.response, so refused handshakes get
+        # real HTTP answers. Messages are relayed uncompressed.
+        ws=websocket_protocol_class(gateway.client_limits), ws_max_size=ws.max_message_bytes,
+        ws_per_message_deflate=False,
+        ws_ping_interval=ws.ping_interval or None, ws_ping_timeout=ws.ping_interval or None,
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Arguments shared by ``apf-gateway loadtest`` and ``python -m loadtests``."""
+"""What ``apf-gateway loadtest`` and ``python -m loadtests`` run (their arguments are defined in
+``gateway.cli.loadtest``, which a plain install can import)."""
 
 from __future__ import annotations
 
@@ -7,34 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from gateway.cli.loadtest import add_arguments
 from loadtests import runner, scenario
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "scenario",
-        metavar="SCENARIO",
-        nargs="?",
-        help="a name from loadtests/scenarios/ or a scenario YAML file",
-    )
-    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    parser.add_argument(
-        "--duration", metavar="DURATION", help="run time, e.g. 30s (default: the scenario's)"
-    )
-    parser.add_argument(
-        "--out", metavar="DIR", help="output folder (default out/loadtest/SCENARIO-TIMESTAMP)"
-    )
-    parser.add_argument(
-        "--users", metavar="FACTOR", type=float, help="scale every tenant's user count by FACTOR"
-    )
-    parser.add_argument(
-        "--processes",
-        metavar="N",
-        type=int,
-        default=1,
-        help="Locust worker processes (2+ when one Locust process is CPU-bound; 1 = no workers)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print only errors")
+__all__ = ["add_arguments", "main"]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadtests import fairness, promtext
+from loadtests import fairness, plotdata, promtext
 from loadtests.render import finite, markdown, summary_text
 from loadtests.scenario import seconds
 from loadtests.targets import evaluate, members
@@ -106,6 +106,17 @@ def _mean_gauge(
         if metric in row and level in row[metric] and start <= row["t"] - t0 < end
     ]
     return sum(vals) / len(vals) if vals else math.nan
+
+
+def _mean_seats(
+    series: list[dict[str, Any]], level: str, t0: float, start: float, end: float
+) -> float:
+    """Mean seats busy over a phase from the engine's seat-seconds (what ``seats.png``
+    draws); from the instantaneous samples for a gateway without that counter."""
+    mean = plotdata.mean_over(plotdata.averaged_seats(series, level, t0), start, end)
+    if math.isnan(mean):
+        return _mean_gauge(series, M + "current_executing_seats", level, t0, start, end)
+    return mean
 
 
 def demand_seats(spec: dict[str, Any], exec_time: float) -> float:
@@ -237,9 +248,7 @@ def generate(out: Path) -> dict[str, Any]:
                 "groupP99": groups,
                 "seats": {
                     lv: {
-                        "executing": _mean_gauge(
-                            series, M + "current_executing_seats", lv, t0, ph["start"], ph["end"]
-                        ),
+                        "executing": _mean_seats(series, lv, t0, ph["start"], ph["end"]),
                         "limit": _mean_gauge(
                             series, M + "current_limit_seats", lv, t0, ph["start"], ph["end"]
                         ),
@@ -255,6 +264,9 @@ def generate(out: Path) -> dict[str, Any]:
     result["totals"] = {k: everything[k] for k in ("requests", "ok", "rejected", "failed")}
     result["totals"]["failures"] = everything["failures"]
     result["targets"] = evaluate(doc.get("targets") or [], result, tenants)
+    for spec, judged in zip(doc.get("targets") or [], result["targets"], strict=True):
+        if isinstance(spec, dict) and "phase" in spec:
+            judged.setdefault("phase", spec["phase"])  # the plots mark it in its phase
     from loadtests import plots  # noqa: PLC0415 - optional matplotlib
 
     result["plots"] = plots.render(out, events, t0, series, tenants, result)

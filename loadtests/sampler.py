@@ -1,7 +1,10 @@
-"""Once a second during a run: the gateway's per-level seat gauges and the load generator's CPU.
+"""Every ``sampleInterval`` (1 s unless a scenario says otherwise) during a run: the gateway's
+per-level seat gauges and integrals, and the load generator's CPU.
 
-The seat gauges give the seat-utilization-over-time plot and the borrowing evidence
-(``current_limit_seats`` moving away from ``nominal_limit_seats``). Locust's CPU is measured per
+The seat gauges give the borrowing evidence (``current_limit_seats`` moving away from
+``nominal_limit_seats``); the engine's seat-seconds counter and its elapsed time under each
+level give the mean seats busy between two samples (``loadtests.plotdata``), which an
+instantaneous gauge read between short requests does not. Locust's CPU is measured per
 process (master and workers) with psutil: a generator above ~80% of a core is the bottleneck,
 and its latencies include its own queueing.
 """
@@ -24,6 +27,8 @@ GAUGES = (
     "apiserver_flowcontrol_current_limit_seats",
     "apiserver_flowcontrol_nominal_limit_seats",
     "apiserver_flowcontrol_current_inqueue_requests",
+    "gateway_flowcontrol_priority_level_seat_seconds_total",
+    "apiserver_flowcontrol_priority_level_seat_utilization_count",  # elapsed ns per level
 )
 
 

@@ -38,6 +38,7 @@ SECONDS_FLAGS = [
     (["router"], "--idle-timeout", "zero"),
     (["router"], "--action-cache-seconds", "zero"),
     (["router"], "--max-blocking-wait", "positive"),
+    (["router"], "--store-timeout", "positive"),
     (["up"], "--max-blocking-wait", "positive"),
     (["up"], "--upstream-read-timeout", "positive"),
 ]

@@ -69,8 +69,15 @@ INTERPRETED_IMPORTS = {
     "gateway.flowcontrol.borrowing", "gateway.flowcontrol.classify",
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
-    "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.settings.load",
+    "gateway.flowcontrol.workestimate.rules", "gateway.http.types",
     "gateway.settings.model", "gateway.reconfigure",
+    # queued requests only (read-ahead budget, body framing), after a burst (trim), one list
+    # response per collection and interval (list counting)
+    "gateway.asgi.readahead", "gateway.http.framing", "gateway.asgi.trim",
+    "gateway.asgi.listcount",
+    # Per request but light: a watch's initialization point, the deadline registry's two dict
+    # operations, the list options' integer check (docs/performance.md, issue 24).
+    "gateway.asgi.watchinit", "gateway.asgi.deadline", "gateway.flowcontrol.queryvalues",
 }  # fmt: skip
 
 

@@ -166,12 +166,19 @@ PLATFORM = [
         "reqps",
     ),
     panel(
-        "Cold starts per action",
+        "Cold starts by kind and per action",
         [
+            # by kind: series at 0 from the start, so every cold start shows
+            (
+                f"sum by (kind) (increase(apf_router_init_duration_seconds_count[{RI}]))",
+                "all actions {{kind}}",
+            ),
+            # per action: a series starts at an action's first activation on a router, so
+            # increase() misses that first cold start (docs/deploy.md, "Prometheus")
             (
                 f"sum by (namespace, action) (increase(apf_router_cold_starts_total[{RI}]))",
                 "{{namespace}}/{{action}}",
-            )
+            ),
         ],
     ),
     panel(

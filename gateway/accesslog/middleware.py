@@ -20,6 +20,9 @@ from gateway.reconfigure import Swap, assign
 # Logged when no response was sent because the client left first (nginx's 499).
 CLIENT_CLOSED = 499
 Headers = list[tuple[bytes, bytes]]
+# The messages that start a response (a refused websocket handshake's HTTP answer included).
+_HTTP_STARTS = frozenset({"http.response.start", "websocket.http.response.start"})
+_STARTS = _HTTP_STARTS | {"websocket.accept"}
 
 
 def header_name(name: str) -> bytes:
@@ -75,11 +78,13 @@ class RequestLog:
             kind = message["type"]
             if kind == "http.response.body":
                 bytes_out += len(message.get("body", b""))
-            elif kind == "http.response.start":
+            elif kind in _HTTP_STARTS:
                 status = message["status"]
                 message["headers"] = with_id(message.get("headers", []), name, rid)
             elif kind == "websocket.send":
                 bytes_out += _frame_size(message)
+            elif kind == "websocket.http.response.body":  # a refused handshake's HTTP answer
+                bytes_out += len(message.get("body", b""))
             elif kind == "websocket.accept":
                 status = 101
                 message["headers"] = with_id(message.get("headers", []), name, rid)
@@ -114,7 +119,7 @@ class RequestLog:
 
 def _adding_id(send: Send, name: bytes, rid: bytes) -> Callable[[Message], Awaitable[None]]:
     async def send_with_id(message: Message) -> None:
-        if message["type"] in ("http.response.start", "websocket.accept"):
+        if message["type"] in _STARTS:
             message["headers"] = with_id(message.get("headers", []), name, rid)
         await send(message)
 

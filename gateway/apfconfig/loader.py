@@ -36,6 +36,7 @@ from gateway.apfconfig.defaulting import (
     default_priority_level,
 )
 from gateway.apfconfig.fielderrors import UNKNOWN_FIELD, FieldError, invalid, not_supported
+from gateway.apfconfig.jsonvalues import kind_and_name, not_json
 from gateway.apfconfig.serialize import (
     flow_schema_from_dict,
     fs_spec_from_dict,
@@ -147,6 +148,10 @@ def parse_text(
         if not isinstance(obj, dict):
             msg = f"must be a mapping with apiVersion and kind, not {type(obj).__name__}"
             errors.append(ConfigError(source, i, "", "", "", msg))
+            continue
+        unjson = [ConfigError(source, i, *kind_and_name(obj), f, m) for f, m in not_json(obj)]
+        if unjson:
+            errors += unjson
             continue
         docs.append(Document(source, i, obj))
     return docs, errors

@@ -24,8 +24,8 @@ class RequestContext:
     their own connection pool); ``digest.bypasses_flow_control`` is the non-watch part."""
 
     __slots__ = (
-        "apf", "apf_reason", "classification", "digest", "queue_wait", "response_headers",
-        "upstream_seconds", "work",
+        "apf", "apf_reason", "classification", "deadline_passed", "digest", "queue_wait",
+        "response_headers", "response_started", "upstream_seconds", "work",
     )  # fmt: skip
 
     def __init__(self, digest: RequestDigest) -> None:
@@ -33,6 +33,11 @@ class RequestContext:
         # Headers the app must add to its response itself (the PF headers); set only for apps
         # that declare ``adds_response_headers`` (others get them through a wrapped ``send``).
         self.response_headers: Headers | None = None
+        # Whether the response has been started (``added_headers`` or admission's wrapped
+        # ``send`` note it), and whether the request's deadline cancelled it
+        # (``gateway.asgi.deadline``): at the deadline, a 504 or a closed connection.
+        self.response_started = False
+        self.deadline_passed = False
         # What admission decided, for the access log (read once the response is done).
         # apf: "executed", "queued" (then executed), "rejected" (apf_reason says why),
         # "bypassed" (long-running, not flow controlled), "" (no admission decision).
@@ -51,6 +56,10 @@ def request_context(scope: Scope) -> RequestContext | None:
 
 
 def added_headers(scope: Scope) -> Headers | None:
-    """The headers an app that adds them itself must send (None: none)."""
+    """The headers an app that adds them itself must send (None: none). Such an app calls this
+    as it starts its response, so it also notes that the response has started."""
     found = scope.get(CONTEXT_KEY)
-    return found.response_headers if isinstance(found, RequestContext) else None
+    if not isinstance(found, RequestContext):
+        return None
+    found.response_started = True
+    return found.response_headers

@@ -7,6 +7,7 @@ keeps the old one; every error names the file and line.
 from __future__ import annotations
 
 import csv
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,25 @@ class OpenWhiskKey:
 
 def with_authenticated(groups: tuple[str, ...]) -> tuple[str, ...]:
     return groups if AUTHENTICATED in groups else (*groups, AUTHENTICATED)
+
+
+def read_bearer_token(path: str | Path) -> str:
+    """The token an upstream route authenticates with (``upstreams[].bearerTokenFile``): one
+    line of at least 16 characters, in a file others cannot read (a Kubernetes Secret mounted
+    with ``defaultMode: 0440`` and the pod's ``fsGroup`` is fine; 0444 is not)."""
+    try:
+        mode = Path(path).stat().st_mode
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        why = exc.strerror
+        raise CredentialFileError(f"{path}: cannot read the upstream token: {why}") from None
+    if mode & stat.S_IRWXO:
+        raise CredentialFileError(
+            f"{path}: the upstream token is readable by others (mode {stat.S_IMODE(mode):o})"
+        )
+    if len(token) < 16 or any(c.isspace() for c in token):
+        raise CredentialFileError(f"{path}: the upstream token must be one word of 16+ characters")
+    return token
 
 
 def load_token_file(path: str | Path) -> dict[str, UserInfo]:

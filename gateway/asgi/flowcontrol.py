@@ -3,7 +3,7 @@
 A thin shell around the core (``gateway.flowcontrol``), as kube-apiserver's
 ``priority-and-fairness.go`` is: describe, classify, estimate, admit (run now, queue, or 429),
 set the ``X-Kubernetes-PF-*`` headers, release the seats when the response is done - or, for a
-watch, when its first body chunk is out; for a websocket, when the handshake is answered.
+watch, once it is initialized (``watchinit``); for a websocket, when the handshake is answered.
 Non-watch long-running requests (exec, proxy, logs, ...) bypass flow control, as in Kubernetes.
 
 A request that may have to wait also listens for its client: if the client leaves while queued,
@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import functools
+from asyncio import CancelledError, current_task
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from gateway.asgi.authn import RequestAuthenticator
 from gateway.asgi.context import (
     CONTEXT_KEY,
     RequestContext,
+    request_context,
 )
+from gateway.asgi.deadline import Deadlines, past_deadline, request_timeout
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
@@ -32,9 +36,19 @@ from gateway.asgi.errorformat import (
     throttled_message,
 )
 from gateway.asgi.innerapp import adds_response_headers, selector
+from gateway.asgi.readahead import DEFAULT_BUDGET, ReadAhead, ReadAheadBudget
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.asgi.requestinfo import RequestInfoParser
+from gateway.asgi.trim import release_free_memory
+from gateway.asgi.watchinit import (
+    AT_FIRST_CHUNK,
+    AT_HEADERS,
+    AT_MARKER,
+    MarkerScanner,
+    initialized_at,
+)
+from gateway.clock import Timer
 from gateway.flowcontrol.borrowing import BorrowingAdjuster, check_period
 from gateway.flowcontrol.controller import (
     Classification,
@@ -44,17 +58,21 @@ from gateway.flowcontrol.controller import (
 )
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
+from gateway.http.framing import has_body
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, Undo, assign
-from gateway.settings.load import parse_duration
 
 # (digest, classification, scope) -> seats; the scope lets rules match raw HTTP facts.
 Estimator = Callable[[RequestDigest, Classification, Scope], WorkEstimate]
 FS_HEADER: Final = b"x-kubernetes-pf-flowschema-uid"
 PL_HEADER: Final = b"x-kubernetes-pf-prioritylevel-uid"
 MAX_WAIT: Final = 60.0
-# Request body read ahead while a request waits in a queue (to notice a disconnect behind it).
-MAX_BUFFERED_BODY: Final = 1024 * 1024
+# The messages that start a response: they carry the PF headers.
+_HEADERS_MESSAGES: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
+TRIM_DELAY: Final = 1.0
 
 
 def check_request_timeout(seconds: float) -> None:
@@ -81,6 +99,7 @@ class FlowControlMiddleware:
         request_timeout: float = 60.0,
         status_body: bool = False,
         error_format: PathFormat | None = None,
+        max_queued_body_bytes: int = DEFAULT_BUDGET,
     ) -> None:
         check_request_timeout(request_timeout)
         if describer is not None and authenticator is not None:
@@ -110,7 +129,12 @@ class FlowControlMiddleware:
         # Which paths get OpenWhisk-shaped 401/429 (None: Kubernetes everywhere).
         self.error_format = error_format
         self.draining = False
+        # What all queued requests together may read ahead of their bodies.
+        self.read_ahead = ReadAheadBudget(max_queued_body_bytes, on_drained=self._drained)
+        self._trimming: Timer | None = None
         self._wait_limit = self.wait_limit  # bound once: passed with every request
+        # The deadlines of the requests executing (``gateway.asgi.deadline``).
+        self.deadlines = Deadlines()
 
     @property
     def controller(self) -> FlowController:
@@ -144,6 +168,7 @@ class FlowControlMiddleware:
         borrowing_period: float,
         request_timeout: float,
         status_body: bool,
+        max_queued_body_bytes: int = DEFAULT_BUDGET,
     ) -> Swap:
         """A reload of APF (``gateway.reconfigure``): validated here, applied by the swap,
         which recomputes the levels' limits once and keeps queued and running requests."""
@@ -151,14 +176,17 @@ class FlowControlMiddleware:
         check_period(borrowing_period)
         check_request_timeout(request_timeout)
         settings = assign(self, request_timeout=request_timeout, status_body=status_body)
+        budget = assign(self.read_ahead, limit=max_queued_body_bytes)
 
         def swap() -> Undo:
             controller, adjuster = self.controller, self.adjuster
             old_config, old_limit = controller.config, controller.server_cl
             old_period = adjuster.period if adjuster is not None else borrowing_period
             undo_settings = settings()
+            undo_budget = budget()
 
             def undo() -> None:
+                undo_budget()
                 undo_settings()
                 controller.reconfigure(old_config, old_limit)
                 if adjuster is not None:
@@ -175,16 +203,32 @@ class FlowControlMiddleware:
 
         return swap
 
+    def _drained(self) -> None:
+        """Queued bodies were freed: return the memory to the OS a moment later, once the
+        connections that carried them are closed too (one trim per burst)."""
+        if self._trimming is None:
+            self._trimming = self.controller.clock.call_later(TRIM_DELAY, self._trim)
+
+    def _trim(self) -> None:
+        self._trimming = None
+        release_free_memory()
+
     def wait_limit(self, digest: RequestDigest) -> float:
-        """apf-reference 5.7: a quarter of the request deadline, at most a minute."""
+        """apf-reference 5.7: a quarter of the request deadline (``request_timeout``: a longer
+        ``?timeout=`` does not extend it; a watch has none, so ``requestTimeout``), at most a
+        minute."""
         deadline = self.request_timeout
         if digest.info.verb != "watch":
-            given = digest.info.query_value("timeout")
-            if given:
-                parsed = parse_duration(given)
-                if parsed is not None and parsed > 0:
-                    deadline = parsed
+            deadline = request_timeout(digest.info, deadline)
         return min(deadline / 4, MAX_WAIT)
+
+    def _deadline(self, admission: Admission, digest: RequestDigest) -> float:
+        """When a non-long-running request must be done (``gateway.asgi.deadline``): its
+        timeout from arrival, queue wait included."""
+        info = digest.info
+        if not info.query:  # most requests: no ?timeout= to read
+            return admission.request.arrival_time + self.request_timeout
+        return admission.request.arrival_time + request_timeout(info, self.request_timeout)
 
     def drain(self) -> None:
         """Shutdown: refuse everything queued (429) and let nothing new wait."""
@@ -210,9 +254,26 @@ class FlowControlMiddleware:
                 # (kept under 1% for the APF on/off target, docs/performance.md).
                 context = scope[CONTEXT_KEY]
                 assert isinstance(context, RequestContext)
-                context.response_headers = self._pf_headers(started.classification)
+                headers = context.response_headers = self._pf_headers(started.classification)
                 async with started:
-                    await self._inner(scope)(scope, receive, send)
+                    task = current_task()
+                    assert task is not None
+                    deadline = self._deadline(started, context.digest)
+                    # Deadlines.enter and .leave inlined: two Python calls per request in the
+                    # compiled build (kept: >= 1% of APF-on instructions, docs/performance.md).
+                    deadlines = self.deadlines
+                    deadlines.live[task] = (deadline, context)
+                    if deadline < deadlines.armed_at:
+                        deadlines.arm(started.controller.clock, deadline)
+                    try:
+                        await self._inner(scope)(scope, receive, send)
+                    except CancelledError:
+                        if not context.deadline_passed:
+                            raise
+                    finally:
+                        deadlines.live.pop(task, None)
+                    if context.deadline_passed:
+                        await past_deadline(context, scope, send, headers)
                 return
             await self._run(started, scope, receive, send)
         elif isinstance(started, Waiter):
@@ -224,17 +285,14 @@ class FlowControlMiddleware:
                 admission = await started.wait()
             except Rejected as rejected:
                 _waited(scope, self.controller.clock.now() - queued_at, rejected)
-                await self._reject(kind, scope, send, rejected)
+                await self._reject(scope, send, rejected)
                 return
             _waited(scope, self.controller.clock.now() - queued_at, None)
             await self._run(admission, scope, receive, send)
         elif isinstance(started, Rejected):
-            await self._reject(kind, scope, send, started)
+            await self._reject(scope, send, started)
         elif isinstance(started, RequestRefused):
-            if kind == "http":
-                await send_refused(scope, send, started, self.error_format)
-            else:
-                await send({"type": "websocket.close", "code": 1008})
+            await send_refused(scope, http_send(scope, send), started, self.error_format)
         else:  # long-running, not a watch: not flow controlled
             await self.app(scope, receive, send)
 
@@ -276,78 +334,99 @@ class FlowControlMiddleware:
 
     async def _run(self, admission: Admission, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app holding the seats, adding the PF headers to its response; a watch gives
-        its seats back once its first body chunk is out, a websocket once answered."""
+        its seats back once initialized (``gateway.asgi.watchinit``), a websocket once
+        answered."""
         websocket = scope["type"] == "websocket"
         watch = admission.watch
         pf_headers = self._pf_headers(admission.classification)
         app = self._inner(scope)
+        release_at = -1  # not a watch
+        scanner: MarkerScanner | None = None
+        context = request_context(scope)
+        if watch:
+            assert context is not None
+            release_at = initialized_at(context.digest.info)
+            if release_at == AT_MARKER:
+                scanner = MarkerScanner()
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal release_at
             t = message["type"]
+            if t in _HEADERS_MESSAGES:
+                headers = message.get("headers", ())
+                message["headers"] = [*headers, *pf_headers]
             if t == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *pf_headers]
-            elif (watch and t == "http.response.body") or (
-                websocket and t in ("websocket.accept", "websocket.close")
-            ):
+                if context is not None:
+                    context.response_started = True
+                if release_at == AT_MARKER and _encoded(headers):
+                    release_at = AT_FIRST_CHUNK  # a compressed stream hides the marker
                 await send(message)
-                admission.release()  # initial phase over: the seats go back
+                if release_at == AT_HEADERS:
+                    admission.release()  # no initial events: established is initialized
+                return
+            if t == "http.response.body" and release_at >= AT_FIRST_CHUNK:
+                await send(message)
+                if scanner is None or scanner.feed(message.get("body", b"")):
+                    admission.release()  # initial events out: the seats go back
+                    release_at = -1
                 return
             await send(message)
+            if websocket and t in ANSWERED:
+                admission.release()  # answered: the handshake's seats go back
 
         async with admission:
-            await app(scope, receive, send_with_headers)
+            if watch or websocket:
+                await app(scope, receive, send_with_headers)
+                return
+            context = scope[CONTEXT_KEY]
+            assert isinstance(context, RequestContext)
+            task = current_task()
+            assert task is not None
+            deadline = self._deadline(admission, context.digest)
+            self.deadlines.enter(self.controller.clock, task, deadline, context)
+            try:
+                await app(scope, receive, send_with_headers)
+            except CancelledError:
+                if not context.deadline_passed:
+                    raise
+            finally:
+                self.deadlines.leave(task)
+            if context.deadline_passed:
+                await past_deadline(context, scope, send_with_headers, [])
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
-        buffered: list[Message] = []
-
-        async def listen() -> bool:
-            """True when the client left; False when the body buffered here reached its cap
-            (the rest stays in the socket, where the server's flow control holds it)."""
-            size = 0
-            while size < MAX_BUFFERED_BODY:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return True
-                buffered.append(message)
-                size += len(message.get("body", b""))
-            return False
-
         now = self.controller.clock.now
         queued_at = now()
+        ahead = ReadAhead(self.read_ahead)
         entering = asyncio.ensure_future(waiter.wait())
-        listener = asyncio.ensure_future(listen())
+        listener = asyncio.ensure_future(ahead.listen(receive, has_body(scope)))
         try:
-            await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
-            if not entering.done() and not listener.result():
-                await asyncio.wait((entering,))  # cap reached: wait without watching
-        except BaseException:
-            await _abandon(waiter, entering, listener)
-            raise
-        listener.cancel()
-        if not entering.done():  # the client went away while queued
-            await _abandon(waiter, entering, listener)
-            _waited(scope, now() - queued_at, "cancelled")
-            return
-        try:
-            admission = entering.result()
-        except Rejected as rejected:
-            _waited(scope, now() - queued_at, rejected)
-            await self._reject("http", scope, send, rejected)
-            return
-        _waited(scope, now() - queued_at, None)
+            try:
+                await asyncio.wait((entering, listener), return_when=asyncio.FIRST_COMPLETED)
+                if not entering.done() and not listener.result():
+                    await asyncio.wait((entering,))  # reading ahead stopped: wait, not watching
+            except BaseException:
+                await _abandon(waiter, entering, listener)
+                raise
+            listener.cancel()
+            if not entering.done():  # the client went away while queued
+                await _abandon(waiter, entering, listener)
+                _waited(scope, now() - queued_at, "cancelled")
+                return
+            try:
+                admission = entering.result()
+            except Rejected as rejected:
+                _waited(scope, now() - queued_at, rejected)
+                await self._reject(scope, send, rejected)
+                return
+            _waited(scope, now() - queued_at, None)
+            await self._run(admission, scope, functools.partial(ahead.replay, receive), send)
+        finally:
+            ahead.release()
 
-        async def replay() -> Message:
-            if buffered:
-                return buffered.pop(0)
-            return await receive()
-
-        await self._run(admission, scope, replay, send)
-
-    async def _reject(self, kind: str, scope: Scope, send: Send, rejected: Rejected) -> None:
-        if kind == "websocket":
-            await send({"type": "websocket.close", "code": 1013})  # try again later
-            return
+    async def _reject(self, scope: Scope, send: Send, rejected: Rejected) -> None:
+        send = http_send(scope, send)  # a websocket handshake gets the same 429
         pf_headers = self._pf_headers(rejected.classification)
         if is_openwhisk(self.error_format, scope):
             qs = rejected.classification.level.qs
@@ -371,6 +450,13 @@ def _waited(scope: Scope, seconds: float, rejected: Rejected | str | None) -> No
     if rejected is not None:
         context.apf = "rejected"
         context.apf_reason = rejected if isinstance(rejected, str) else rejected.reason
+
+
+def _encoded(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            return True
+    return False
 
 
 async def _abandon(

@@ -17,12 +17,11 @@ import re
 from typing import Final
 from urllib.parse import unquote_plus
 
-Query = tuple[tuple[str, str], ...]
+from gateway.flowcontrol.queryvalues import Query, first, list_options_decode, parse_bool
+
+__all__ = ["Query", "SelectorError", "exact_match", "is_watch", "parse_query", "selected_name"]
 
 _BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_INT64: Final = re.compile(r"[+-]?[0-9]+")
-_INT64_MAX: Final = 2**63 - 1
-_INTEGER_OPTIONS: Final = ("limit", "timeoutSeconds")
 
 
 class SelectorError(ValueError):
@@ -49,25 +48,16 @@ def parse_query(query_string: bytes, keep: frozenset[str]) -> Query:
     return tuple(out)
 
 
-def first(query: Query, key: str) -> str | None:
-    for k, v in query:
-        if k == key:
-            return v
-    return None
-
-
 def is_watch(query: Query) -> bool:
     value = first(query, "watch")
-    return value is not None and value != "0" and value.lower() != "false"
+    return value is not None and parse_bool(value)
 
 
 def selected_name(query: Query) -> str:
     """The name ``fieldSelector`` pins with ``metadata.name=`` (or ``==``), or ``""``; ``""`` too
     when the list options would not decode."""
-    for key in _INTEGER_OPTIONS:
-        value = first(query, key)
-        if value is not None and not _is_int64(value):
-            return ""
+    if not list_options_decode(query):
+        return ""
     selector = first(query, "fieldSelector")
     if not selector:
         return ""
@@ -144,7 +134,3 @@ def _unescape(value: str) -> str:
     if escaped:
         raise SelectorError("invalid escape sequence \\")
     return "".join(out)
-
-
-def _is_int64(value: str) -> bool:
-    return bool(_INT64.fullmatch(value)) and -_INT64_MAX - 1 <= int(value) <= _INT64_MAX

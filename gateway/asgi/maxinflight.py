@@ -21,7 +21,8 @@ from gateway.asgi.errorformat import (
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
 from gateway.flowcontrol.watermark import Watermark
-from gateway.http.types import ASGIApp, Receive, Scope, Send
+from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, assign
 
 PRIVILEGED_GROUP = "system:masters"
@@ -64,27 +65,29 @@ class MaxInFlightMiddleware:
         return assign(self, limits=limits, status_body=status_body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         try:
             digest = self.describer.describe(scope)
         except RequestRefused as exc:
-            await send_refused(scope, send, exc, self.error_format)
+            await send_refused(scope, http_send(scope, send), exc, self.error_format)
             return
         context = scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.long_running or PRIVILEGED_GROUP in digest.user.groups:
             context.apf = "bypassed"
             await self.app(scope, receive, send)
             return
-        kind = "readOnly" if digest.info.is_read_only else "mutating"
-        limit = self.limits[kind]
-        counter = self.inflight[kind]
+        request_kind = "readOnly" if digest.info.is_read_only else "mutating"
+        limit = self.limits[request_kind]
+        counter = self.inflight[request_kind]
         if limit and counter.current >= limit:
             context.apf = "rejected"
             context.apf_reason = "max-in-flight"
             if self.on_reject:
-                self.on_reject(kind)
+                self.on_reject(request_kind)
+            send = http_send(scope, send)  # a websocket handshake gets the same 429
             if is_openwhisk(self.error_format, scope):
                 message = throttled_message(counter.current, limit)
                 await send_openwhisk_too_many(send, 1, message, None)
@@ -94,11 +97,29 @@ class MaxInFlightMiddleware:
         context.apf = "executed"
         counter.roll(int(self.now()))
         counter.add(1)
+        counted = True
+
+        def uncount() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                counter.roll(int(self.now()))
+                counter.add(-1)
+
+        if kind == "websocket":
+            # Counted for its handshake only, as APF holds a websocket's seats.
+            inner_send = send
+
+            async def send_counted(message: Message) -> None:
+                await inner_send(message)
+                if message["type"] in ANSWERED:
+                    uncount()
+
+            send = send_counted
         try:
             await self.app(scope, receive, send)
         finally:
-            counter.roll(int(self.now()))
-            counter.add(-1)
+            uncount()
 
     def watermark(self, kind: str) -> int:
         """The peak in-flight count of ``kind`` over the last completed second."""

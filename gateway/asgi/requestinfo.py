@@ -33,8 +33,16 @@ METHOD_VERBS = {
     "PATCH": "patch",
     "DELETE": "delete",
 }
+# kube-apiserver's ``BasicLongRunningRequestCheck`` as its server config sets it up: these verbs,
+# these subresources of resource requests, and non-resource paths under the profiler's prefix.
+# One deliberate difference: kube takes a verb from any method (a non-resource request's verb is
+# its lowercase method), so a request with the method PROXY or WATCH is long-running there and
+# kube's own handlers then refuse the method. Behind a gateway the upstream may accept any
+# method, and long-running requests bypass APF: a verb that only an unknown method gave never
+# makes a request long-running here (docs/flowcontrol.md).
 LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
 LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "proxy", "log", "portforward"})
+LONG_RUNNING_PATH_PREFIX = "/debug/pprof/"
 # Query parameters kept in RequestInfo.query for work estimators.
 KEPT_QUERY = frozenset(
     {
@@ -45,6 +53,7 @@ KEPT_QUERY = frozenset(
         "fieldSelector",
         "watch",
         "continue",
+        "sendInitialEvents",
         "timeoutSeconds",
         "timeout",
     }
@@ -113,7 +122,7 @@ class RequestInfoParser:
             if found is not None:
                 return self._from_template(template, found, method, path, query_string)
         if len(parts) < 3 or parts[0] not in API_PREFIXES:
-            return RequestInfo(False, path, method.lower()), False
+            return _non_resource(method, path)
         return self._kubernetes(parts, method, path, query_string)
 
     def _kubernetes(
@@ -124,7 +133,7 @@ class RequestInfoParser:
         group = ""
         if prefix not in GROUPLESS_PREFIXES:
             if len(rest) < 3:
-                return RequestInfo(False, path, method.lower()), False
+                return _non_resource(method, path)
             group, rest = rest[0], rest[1:]
         version, rest = rest[0], rest[1:]
         if rest[0] in SPECIAL_VERBS:
@@ -177,7 +186,13 @@ class RequestInfoParser:
             name=name,
             query=query,
         )
-        return info, t.long_running or verb == "watch"
+        return info, t.long_running or (method in METHOD_VERBS and verb in LONG_RUNNING_VERBS)
+
+
+def _non_resource(method: str, path: str) -> tuple[RequestInfo, bool]:
+    verb = method.lower()
+    # (the verb is the method: see LONG_RUNNING_VERBS for why it is not consulted)
+    return RequestInfo(False, path, verb), path.startswith(LONG_RUNNING_PATH_PREFIX)
 
 
 def _refine_verb(verb: str, name: str, query: Query) -> tuple[str, str]:

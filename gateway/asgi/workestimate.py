@@ -10,15 +10,16 @@ adaptive rules, how long each route takes.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qsl
 
 from gateway.asgi.context import CONTEXT_KEY, RequestContext
 from gateway.asgi.innerapp import adds_response_headers
+from gateway.asgi.listcount import SHAPE_BYTES, count_items, looks_like_list
 from gateway.flowcontrol.controller import Classification
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
@@ -36,7 +37,6 @@ from gateway.settings.model import WorkEstimationSettings
 log = logging.getLogger(__name__)
 
 ROUTE_KEY: Final = "gateway.work_route"
-MAX_LEARNED_LIST_BYTES: Final = 16 * 1024 * 1024
 
 
 def _pairs(items: tuple[str, ...], *, lower: bool) -> tuple[tuple[str, str], ...]:
@@ -94,6 +94,7 @@ class GatewayEstimator:
         self.now = now
         self.estimator = build_estimator(settings, now)
         self.list_learning_interval = settings.list_learning_interval
+        self.list_learning_max_bytes = settings.list_learning_max_bytes
         # (group, resource, namespace) -> when a list response was last taken to learn from.
         self._learning: dict[tuple[str, str, str], float] = {}
 
@@ -109,8 +110,9 @@ class GatewayEstimator:
             if fresh.adaptive is not None and old.adaptive is not None:
                 fresh.adaptive = old.adaptive
             return assign(
-                self, estimator=fresh, list_learning_interval=settings.list_learning_interval
-            )()
+                self, estimator=fresh, list_learning_interval=settings.list_learning_interval,
+                list_learning_max_bytes=settings.list_learning_max_bytes,
+            )()  # fmt: skip
 
         return swap
 
@@ -155,6 +157,7 @@ class LearningApp:
         self.app = app
         self.estimator = estimator
         self.adds_response_headers = adds_response_headers(app)
+        self._recording = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.select(scope)(scope, receive, send)
@@ -176,7 +179,11 @@ class LearningApp:
             return self.app
         if verb == "watch":
             return self._watched
-        if info.query_value("continue") or not self.estimator.should_learn(info):
+        if (
+            self._recording  # one response at a time is kept to learn from
+            or info.query_value("continue")
+            or not self.estimator.should_learn(info)
+        ):
             # A later page says nothing about the total; a recent response already told it.
             return self.app
         return self._listed
@@ -201,44 +208,62 @@ class LearningApp:
                 watches.forget(info)
 
     async def _listed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, self._list_recorder(_digest(scope), send))
+        if self._recording:
+            await self.app(scope, receive, send)
+            return
+        self._recording = True
+        try:
+            await self.app(scope, receive, self._list_recorder(_digest(scope), send))
+        finally:
+            self._recording = False
 
     def _list_recorder(self, digest: RequestDigest, send: Send) -> Send:
+        """Passes the response on, keeping its body only while it can be a Kubernetes List:
+        ``application/json``, 200, its first bytes a List's, at most ``listLearningMaxBytes``;
+        the items are counted in a worker thread before the last piece goes out."""
         chunks: list[bytes] = []
-        state: dict[str, Any] = {"ok": False, "size": 0}
+        cap = self.estimator.list_learning_max_bytes
+        state = {"ok": False, "size": 0, "shaped": False}
 
         async def recording_send(message: Message) -> None:
             kind = message["type"]
             if kind == "http.response.start":
                 headers = dict(message.get("headers", ()))
-                ctype = headers.get(b"content-type", b"")
-                state["ok"] = message["status"] == 200 and b"json" in ctype
+                state["ok"] = message["status"] == 200 and _is_json(headers.get(b"content-type"))
             elif kind == "http.response.body" and state["ok"]:
                 body = message.get("body", b"")
-                state["size"] += len(body)
-                if state["size"] > MAX_LEARNED_LIST_BYTES:
+                size = state["size"] = state["size"] + len(body)
+                last = not message.get("more_body", False)
+                if size > cap:
                     state["ok"] = False
                     chunks.clear()
                 else:
                     chunks.append(body)
-                    if not message.get("more_body", False):
-                        self._learn(digest, b"".join(chunks))
+                    if not state["shaped"] and (size >= SHAPE_BYTES or last):
+                        state["shaped"] = True
+                        state["ok"] = looks_like_list(b"".join(chunks)[:SHAPE_BYTES])
+                    if state["ok"] and last:
+                        whole = b"".join(chunks)
+                        chunks.clear()
+                        await self._learn(digest, whole)
             await send(message)
 
         return recording_send
 
-    def _learn(self, digest: RequestDigest, body: bytes) -> None:
-        try:
-            doc = json.loads(body)
-        except ValueError:
+    async def _learn(self, digest: RequestDigest, body: bytes) -> None:
+        counted = await asyncio.get_running_loop().run_in_executor(None, count_items, body)
+        if counted is None:
             return
-        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
-            return
-        items = len(doc["items"])
-        meta = doc.get("metadata")
-        remaining = meta.get("remainingItemCount") if isinstance(meta, dict) else None
-        count = items + remaining if isinstance(remaining, int) and remaining > 0 else items
+        items, remaining = counted
+        count = items + remaining
         self.estimator.estimator.observe_list(digest, count, len(body) * count // max(items, 1))
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """A Kubernetes List in JSON is ``application/json`` (parameters such as a charset aside)."""
+    if content_type is None:
+        return False
+    return content_type.split(b";", 1)[0].strip().lower() == b"application/json"
 
 
 def _digest(scope: Scope) -> RequestDigest:

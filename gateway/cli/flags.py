@@ -1,4 +1,4 @@
-"""Flag shapes the commands share: a duration in seconds.
+"""Flag shapes the commands share: a duration in seconds, a size in bytes.
 
 A bad value is refused by argparse itself (exit 2, the flag named), before a command starts
 anything.
@@ -55,4 +55,22 @@ def add_seconds(
         default=default,
         metavar="SECONDS",
         help=f"{help} (default {shown})",
+    )
+
+
+def byte_count(text: str) -> int:
+    """A positive whole number of bytes (argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+    return value
+
+
+def add_bytes(parser: argparse.ArgumentParser, flag: str, default: int, help: str) -> None:
+    """A ``BYTES`` flag (a positive integer); its help ends with the default."""
+    parser.add_argument(
+        flag, type=byte_count, default=default, metavar="BYTES", help=f"{help} (default {default})"
     )

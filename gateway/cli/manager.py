@@ -248,6 +248,22 @@ def _serve(args: argparse.Namespace) -> int:
     return run(build_app(service), args.listen, drain=service.wait_for_routers)
 
 
+#: What a client subcommand adds to "no token" and "cannot reach": which flags point it at a
+#: manager (``up`` runs its manager on a free port and writes the token in its state dir).
+MANAGER_FLAG = (
+    f"--manager URL (default {DEFAULT_MANAGER}; 'apf-gateway up' prints its manager's URL)"
+)
+WHERE = (
+    f"point at the manager with {MANAGER_FLAG} and --internal-token-file PATH (default "
+    f"{DEFAULT_TOKEN_FILE}: 'apf-gateway up' writes STATE-DIR/internal-token) or "
+    "APF_INTERNAL_TOKEN"
+)
+
+
+def _fail(args: argparse.Namespace, message: str) -> None:
+    print(f"apf-gateway manager {args.manager_command}: {message}", file=sys.stderr)
+
+
 def _token(args: argparse.Namespace) -> str | None:
     """The internal token (file or environment); None after printing why there is none."""
     from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
@@ -255,7 +271,7 @@ def _token(args: argparse.Namespace) -> str | None:
     try:
         return resolve(args.internal_token_file)
     except ValueError as exc:
-        print(f"apf-gateway manager: {exc}", file=sys.stderr)
+        _fail(args, f"{exc}; is a manager running? {WHERE}")
         return None
 
 
@@ -265,14 +281,14 @@ def _call(
     token = _token(args)
     if token is None:
         return 2
-    code, _, answer = _request(token, url, method, body)
+    code, _, answer = _request(args, token, url, method, body)
     if answer is not None:
         print(json.dumps(answer, indent=2))
     return code
 
 
 def _request(
-    token: str, url: str, method: str, body: dict[str, Any] | None
+    args: argparse.Namespace, token: str, url: str, method: str, body: dict[str, Any] | None
 ) -> tuple[int, int, Any]:
     """(exit code, HTTP status, JSON answer or None); errors are printed to stderr."""
     data = json.dumps(body).encode() if body is not None else None
@@ -286,7 +302,8 @@ def _request(
         print(exc.read().decode(errors="replace"), file=sys.stderr)
         return 1, exc.code, None
     except urllib.error.URLError as exc:
-        print(f"cannot reach the manager at {url}: {exc.reason}", file=sys.stderr)
+        why = f"{exc.reason}; is it running? {MANAGER_FLAG}"
+        _fail(args, f"cannot reach the manager at {url}: {why}")
         return 1, 0, None
 
 
@@ -300,7 +317,7 @@ def _drain(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + max(0.0, args.wait)
     first: Any = None
     while True:
-        code, status, answer = _request(token, url, "POST", body)
+        code, status, answer = _request(args, token, url, "POST", body)
         first = first if first is not None else answer
         if code or status != 202 or time.monotonic() >= deadline:
             break

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from gateway.cli.flags import add_seconds
+from gateway.cli.flags import add_bytes, add_seconds
 from gateway.cli.logs import add_log_level, configure_logging
 
 DESCRIPTION = """\
@@ -66,13 +66,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "default .apf-gateway/internal-token)",
     )
     parser.add_argument(
-        "--trusted-network",
+        "--allow-pod-template-field",
         action="append",
-        default=None,
-        metavar="CIDR",
-        help="front door / peer addresses whose X-Remote-* headers are believed, repeatable "
-        "(default 127.0.0.1/32 and ::1/128)",
+        default=[],
+        metavar="FIELD",
+        help="a pod template field actions may set, e.g. spec.tolerations or "
+        "metadata.annotations.KEY (repeatable, or comma-separated; default none: "
+        "docs/platform.md, 'Isolation and trust')",
     )
+    # Gone: identity is believed only with the internal token, never for a source address.
+    parser.add_argument("--trusted-network", action=_Removed, help=argparse.SUPPRESS)
     for flag, default, text in (
         ("--buffer-seconds", 10.0, "how long an invocation waits for a free container before 429"),
         ("--pause-grace", 10.0, "idle time before a warm container is paused"),
@@ -80,9 +83,40 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--action-cache-seconds", 1.0, "how long an action read from the store is reused"),
     ):
         add_seconds(parser, flag, default, text, zero=True)
+    add_seconds(
+        parser,
+        "--store-timeout",
+        5.0,
+        "a store call taking longer counts as a store outage (cached actions are served, "
+        "other requests answered 503)",
+    )
+    parser.add_argument(
+        "--activation-buffer",
+        type=_positive,
+        default=10_000,
+        metavar="N",
+        help="activation records kept in memory while the store is unreachable; beyond it the "
+        "oldest are dropped and counted (default 10000)",
+    )
     add_blocking_wait(parser, "a front door's proxy read timeout must be longer")
+    add_body_limits(parser)
     add_log_level(parser)
     parser.set_defaults(func=_run)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+class _Removed(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        parser.error(
+            "--trusted-network was removed: routers believe X-Remote-* identity headers only "
+            "on requests carrying the internal token (the front door's "
+            "upstreams[].bearerTokenFile), never because of a source address"
+        )
 
 
 def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
@@ -96,8 +130,34 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
     )
 
 
+def add_body_limits(parser: argparse.ArgumentParser) -> None:
+    """The router's size bounds (OpenWhisk's defaults), shared with ``up``."""
+    add_bytes(
+        parser,
+        "--max-payload-bytes",
+        1024 * 1024,
+        "largest invoke body (the parameters), as OpenWhisk's whisk.activation.payload.max; "
+        "larger is refused with 413 while reading",
+    )
+    add_bytes(
+        parser,
+        "--max-action-bytes",
+        50 * 1024 * 1024,
+        "largest action create/update body (code at most 48 MiB), as OpenWhisk's "
+        "max-content-length; larger is refused with 413 while reading",
+    )
+    add_bytes(
+        parser,
+        "--max-result-bytes",
+        1024 * 1024,
+        "largest action result (a container's answer), as OpenWhisk's payload limit; reading "
+        "stops there and the activation is an application error naming the size",
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from gateway.platform.internal_token import resolve  # noqa: PLC0415 - per-command import
+    from gateway.platform.podtemplate import parse_allowed  # noqa: PLC0415 - per-command import
     from gateway.platform.serving import (  # noqa: PLC0415 - per-command import
         bind,
         parse_listen,
@@ -107,11 +167,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     from gateway.router.api import build_app  # noqa: PLC0415 - per-command import
     from gateway.router.app import Router, RouterSettings  # noqa: PLC0415 - per-command import
-    from gateway.router.identity import DEFAULT_TRUSTED  # noqa: PLC0415 - per-command import
     from gateway.store import StoreError, open_store  # noqa: PLC0415 - per-command import
 
     configure_logging(args.log_level)
     try:
+        allowed = parse_allowed(args.allow_pod_template_field)
         open_store(args.store)  # the URL only; the router opens it when it starts
         token = resolve(args.internal_token_file)
         host, port = parse_listen(args.listen)
@@ -125,12 +185,17 @@ def _run(args: argparse.Namespace) -> int:
                 router_id=args.id or f"{socket.gethostname()}-{os.getpid()}",
                 manager_url=args.manager,
                 store_url=args.store,
-                trusted=tuple(args.trusted_network or DEFAULT_TRUSTED),
+                allowed_pod_template_fields=allowed,
                 buffer_seconds=args.buffer_seconds,
                 pause_grace=args.pause_grace,
                 idle_timeout=args.idle_timeout,
                 action_cache_seconds=args.action_cache_seconds,
                 max_blocking_wait=args.max_blocking_wait,
+                store_timeout=args.store_timeout,
+                activation_buffer=args.activation_buffer,
+                max_payload_bytes=args.max_payload_bytes,
+                max_action_bytes=args.max_action_bytes,
+                max_result_bytes=args.max_result_bytes,
                 internal_token=token,
             )
         )

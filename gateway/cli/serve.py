@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -71,10 +72,64 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "how often config files are checked for changes; 0 = SIGHUP only (default 2s)",
     ),
     (
+        "--tls-cert-file",
+        "tls.certFile",
+        "FILE",
+        "serve HTTPS with this PEM certificate (chain); reloaded when it changes",
+    ),
+    (
+        "--tls-private-key-file",
+        "tls.privateKeyFile",
+        "FILE",
+        "the PEM private key of --tls-cert-file",
+    ),
+    (
+        "--tls-min-version",
+        "tls.minVersion",
+        "VERSION",
+        "lowest TLS version: VersionTLS12 (default) or VersionTLS13",
+    ),
+    (
+        "--client-ca-file",
+        "authentication.clientCAFile",
+        "FILE",
+        "client certificates that verify against these CAs authenticate as CN, groups O",
+    ),
+    (
+        "--requestheader-client-ca-file",
+        "authentication.requestHeader.clientCAFile",
+        "FILE",
+        "identity headers are believed from clients whose certificate verifies against these CAs",
+    ),
+    (
+        "--requestheader-allowed-names",
+        "authentication.requestHeader.allowedNames",
+        "N1,N2",
+        "front-proxy certificate CNs allowed (default: any verified by the CA file)",
+    ),
+    (
         "--token-auth-file",
         "authentication.tokenAuthFile",
         "FILE",
         'static bearer tokens, CSV token,user,uid,"group1,group2"',
+    ),
+    (
+        "--authentication-config",
+        "authentication.authenticationConfig",
+        "FILE",
+        "kube's AuthenticationConfiguration (jwt authenticators; needs the jwt extra)",
+    ),
+    (
+        "--authentication-token-webhook-config-file",
+        "authentication.webhook.configFile",
+        "FILE",
+        "kubeconfig of a TokenReview webhook that authenticates bearer tokens",
+    ),
+    (
+        "--authentication-token-webhook-cache-ttl",
+        "authentication.webhook.cacheTTL",
+        "DURATION",
+        "how long the webhook's answers (yes and no) are cached (default 2m)",
     ),
     (
         "--openwhisk-keys-file",
@@ -155,6 +210,25 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "open client connections; a new one over it gets 503 and is closed (default 4096)",
     ),
     (
+        "--max-queued-body-bytes",
+        "client.maxQueuedBodyBytes",
+        "N",
+        "request body all queued requests may read ahead together (default 33554432)",
+    ),
+    (
+        "--http2-prior-knowledge",
+        "client.http2.priorKnowledge",
+        "BOOL",
+        "serve h2c (HTTP/2 without TLS) to clients that start with the HTTP/2 preface "
+        "(default false); needs a restart",
+    ),
+    (
+        "--http2-max-streams-per-connection",
+        "client.http2.maxStreamsPerConnection",
+        "N",
+        "concurrent HTTP/2 streams per client connection (default 100, as kube-apiserver)",
+    ),
+    (
         "--proxy-transport",
         "proxy.transport",
         "NAME",
@@ -165,6 +239,12 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "proxy.connectTimeout",
         "DURATION",
         "upstream connect timeout (default 5s)",
+    ),
+    (
+        "--upstream-ca-file",
+        "proxy.upstreamCAFile",
+        "FILE",
+        "CAs for https:// upstreams without tls.caFile (default: the system's CAs)",
     ),
     (
         "--upstream-read-timeout",
@@ -183,6 +263,18 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "proxy.keepaliveExpiry",
         "DURATION",
         "idle upstream connections are closed after this (default 15s)",
+    ),
+    (
+        "--websocket-max-message-bytes",
+        "proxy.websocket.maxMessageBytes",
+        "N",
+        "largest WebSocket message either way; larger closes with 1009 (default 1048576)",
+    ),
+    (
+        "--websocket-idle-timeout",
+        "proxy.websocket.idleTimeout",
+        "DURATION",
+        "a WebSocket without messages either way is closed after this (default 4h)",
     ),
     (
         "--forward-identity",
@@ -290,6 +382,7 @@ FLAGS: list[tuple[str, str, str, str]] = [
 ]
 INT_FLAGS = {
     "maxRequestsInflight",
+    "maxMessageBytes",
     "maxMutatingRequestsInflight",
     "maximumListSeats",
     "maximumMutatingSeats",
@@ -299,6 +392,12 @@ INT_FLAGS = {
     "maxConfigErrors",
     "maxHeaderBytes",
     "maxConnections",
+    "maxQueuedBodyBytes",
+    "maxStreamsPerConnection",
+    "headerTableSize",
+    "initialWindowSize",
+    "maxResetStreams",
+    "maxControlFrames",
     "queueSize",
 }
 LIST_FLAGS = {
@@ -308,6 +407,7 @@ LIST_FLAGS = {
     "usernameHeaders",
     "groupHeaders",
     "extraHeaderPrefixes",
+    "allowedNames",
 }
 
 
@@ -342,6 +442,22 @@ def register(subparsers: Any) -> None:
         metavar="PREFIX=FORMAT",
         help="shape of the front door's own errors on the --upstream with this prefix: "
         "kubernetes (default) or openwhisk",
+    )
+    parser.add_argument(
+        "--upstream-token-file",
+        action="append",
+        default=[],
+        metavar="PREFIX=PATH",
+        help="authenticate to the --upstream with this prefix with the token in PATH "
+        "(Authorization: Bearer, replacing the client's): upstreams[].bearerTokenFile",
+    )
+    parser.add_argument(
+        "--tls-sni-cert-key",
+        action="append",
+        default=[],
+        metavar="CERT,KEY[:NAME1,NAME2]",
+        help="a certificate for the SNI names given, or else its own names (repeatable; "
+        "names may be wildcards such as *.example.com)",
     )
     parser.add_argument(
         "--route-template",
@@ -394,19 +510,40 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 {"prefix": prefix, "url": url} if sep and prefix.startswith("/") else {"url": spec}
             )
         out["upstreams"] = ups
-    for spec in args.upstream_error_format:
-        prefix, _, fmt = spec.rpartition("=")
-        matching = [u for u in out.get("upstreams", []) if u.get("prefix", "/") == (prefix or "/")]
-        if not matching:
-            raise ValueError(f"--upstream-error-format {spec}: no --upstream has prefix {prefix!r}")
-        for u in matching:
-            u["errorFormat"] = fmt  # validated with the other settings
+    for flag, key, specs in (
+        ("--upstream-error-format", "errorFormat", args.upstream_error_format),
+        ("--upstream-token-file", "bearerTokenFile", args.upstream_token_file),
+    ):
+        for spec in specs:
+            # a file path may hold "=", a format never does
+            split = spec.partition if flag.endswith("file") else spec.rpartition
+            prefix, _, value = split("=")
+            wanted = prefix or "/"
+            matching = [u for u in out.get("upstreams", []) if u.get("prefix", "/") == wanted]
+            if not matching:
+                raise ValueError(f"{flag} {spec}: no --upstream has prefix {prefix!r}")
+            for u in matching:
+                u[key] = value  # validated with the other settings
+    if args.tls_sni_cert_key:
+        out.setdefault("tls", {})["sniCertKeys"] = [sni_cert_key(v) for v in args.tls_sni_cert_key]
     if args.route_template:
         templates = []
         for spec in args.route_template:
             path, sep, resource = spec.partition("=")
             templates.append({"path": path, "resource": resource} if sep else {"path": spec})
         out["routeTemplates"] = templates
+    return out
+
+
+def sni_cert_key(spec: str) -> dict[str, Any]:
+    """kube's ``cert,key[:name1,name2]``."""
+    files, _, names = spec.partition(":")
+    cert, sep, key = files.partition(",")
+    if not sep or not cert or not key or "," in key:
+        raise ValueError(f"--tls-sni-cert-key {spec}: expected CERT,KEY[:NAME1,NAME2]")
+    out: dict[str, Any] = {"certFile": cert, "keyFile": key}
+    if names:
+        out["names"] = [n.strip() for n in names.split(",") if n.strip()]
     return out
 
 
@@ -429,6 +566,7 @@ def run(args: argparse.Namespace) -> int:
     import uvloop  # noqa: PLC0415 - per-command import
 
     from gateway.server import Gateway, uvicorn_config  # noqa: PLC0415 - per-command import
+    from gateway.serving.listen import listen_sockets, reason  # noqa: PLC0415 - per-command import
     from gateway.settings.sources import ConfigLoadError, load_config  # noqa: PLC0415 - per-command import
 
     logging.basicConfig(
@@ -443,15 +581,28 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigLoadError, ValueError, OSError) as exc:
         print(f"apf-gateway serve: {exc}", file=sys.stderr)
         return 2
+    host, port = loaded.settings.host_port
+    try:  # before anything starts: a taken port is one line and exit 2, as in 'up'
+        sockets = listen_sockets(host, port)
+    except OSError as exc:
+        print(f"apf-gateway serve: cannot listen on {loaded.settings.listen}: {reason(exc)}",
+              file=sys.stderr)  # fmt: skip
+        loop.close()
+        return 2
+    if loaded.settings.tls.enabled:
+        from gateway.serving.tls import bound_handshakes  # noqa: PLC0415 - per-command import
+
+        bound_handshakes(loop, loaded.settings.client.header_timeout)
     gateway.enable_reload(loaded, args.config, overrides)
     gateway.on_startup.append(tune_gc)
     from gateway.compiled import compiled_modules  # noqa: PLC0415 - per-command import
 
     compiled = compiled_modules()
     logging.getLogger("gateway.serve").info(
-        "admission hot path: %s; HTTP/1.1: %s",
+        "admission hot path: %s; HTTP/1.1: %s; TLS: %s",
         f"compiled ({len(compiled)} modules, mypyc)" if compiled else "interpreted",
         loaded.settings.http_implementation,
+        f"on (minimum {loaded.settings.tls.min_version})" if gateway.tls else "off",
     )
     import resource  # noqa: PLC0415 - per-command import
 
@@ -462,6 +613,7 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         logging.getLogger("gateway.serve").warning(warning)
     config = uvicorn_config(gateway, log_level=args.log_level)
+    uvicorn_logger = logging.getLogger("uvicorn.error")
 
     class DrainingServer(uvicorn.Server):
         """SIGTERM drains and exits 0 (uvicorn would re-raise the signal after shutdown)."""
@@ -474,9 +626,21 @@ def run(args: argparse.Namespace) -> int:
                 return
             super().handle_exit(sig, frame)
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            """uvicorn announces the address only when it binds it; say it as it would."""
+            await super().startup(sockets)
+            if self.started and sockets:
+                shown = f"[{host}]" if ":" in host else host
+                uvicorn_logger.info(
+                    "Uvicorn running on %s://%s:%d (Press CTRL+C to quit)",
+                    "https" if self.config.ssl else "http",
+                    shown,
+                    sockets[0].getsockname()[1],
+                )
+
     server = DrainingServer(config)
     try:
-        loop.run_until_complete(server.serve())
+        loop.run_until_complete(server.serve(sockets=sockets))
     finally:
         loop.close()
     return 0 if server.started else 1

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -26,12 +27,21 @@ from pathlib import Path
 
 from gateway.cli.flags import add_seconds
 from gateway.cli.router import add_blocking_wait
+from gateway.cli.scrape_targets import FILE_NAME, TargetsFile
+from gateway.serving.listen import reason as _reason
 from gateway.supervision import Spec, StartError, Supervisor
 
 #: The well-known local key of OpenWhisk's standalone mode (namespace ``guest``).
 DEFAULT_API_KEY = (
     "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
     "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
+)
+#: Where ``up`` takes the API key from when no flag gives it (the process environment is its
+#: owner's only, unlike its command line).
+API_KEY_ENV = "APF_GATEWAY_API_KEY"
+CMDLINE_WARNING = (
+    "warning: --api-key leaves the key in this process's command line, which every local user "
+    f"can read (ps); use --api-key-file PATH or ${API_KEY_ENV}"
 )
 #: How much longer than the blocking wait the front door waits for a router's answer.
 BLOCKING_MARGIN = 10.0
@@ -76,11 +86,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         help="store, keys, containers and logs (default .apf-gateway)",
     )
-    parser.add_argument(
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help=f"file holding the API key of namespace guest, UUID:KEY (0600) (default: "
+        f"${API_KEY_ENV}, else the well-known OpenWhisk standalone key)",
+    )
+    key.add_argument(
         "--api-key",
-        default=DEFAULT_API_KEY,
         metavar="UUID:KEY",
-        help="API key of namespace guest (default: the well-known OpenWhisk standalone key)",
+        help="the API key on the command line, where every local user can read it (a warning "
+        "says so): prefer --api-key-file or $" + API_KEY_ENV,
     )
     parser.add_argument(
         "--prewarm",
@@ -104,6 +121,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="front-door configuration (FlowSchemas, PriorityLevelConfigurations, a "
         "GatewayConfiguration), passed to 'apf-gateway serve --config'; reloaded on change "
         "(default: none, Kubernetes' built-in objects)",
+    )
+    parser.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="serve the platform over HTTPS with this PEM certificate (reloaded on change)",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", metavar="FILE", help="the PEM private key of --tls-cert-file"
     )
     add_blocking_wait(parser, "passed to the routers")
     add_seconds(
@@ -161,14 +186,33 @@ def _sweep(state: Path) -> None:
 
 
 def _internal_token(root: Path) -> Path:
-    """A fresh internal token for this run (manager and routers require it of each other);
-    the state dir and the file are this user's only (0700 / 0600)."""
+    """A fresh internal token for this run (manager, routers and the front door authenticate
+    to each other with it); the state dir and the file are this user's only (0700 / 0600)."""
     from gateway.platform.internal_token import write  # noqa: PLC0415 - per-command import
 
     root.chmod(0o700)
     path = root / "internal-token"
     write(path)
     return path
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sandbox_warnings(manager_log: Path, start: int) -> list[str]:
+    """What the manager's sandbox could not apply (logged, from ``start`` on: this run,
+    before it listens), e.g. that limits bound each process rather than the container."""
+    try:
+        with open(manager_log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.split("sandbox: ", 1)[1] for line in text.splitlines() if "sandbox: " in line]
 
 
 def _fail(message: str) -> int:
@@ -179,9 +223,11 @@ def _fail(message: str) -> int:
 def _up(args: argparse.Namespace) -> int:
     from gateway.platform.serving import bind, parse_listen  # noqa: PLC0415 - per-command import
 
-    uuid, sep, key = args.api_key.partition(":")
-    if not sep or not uuid or not key:
-        return _fail("--api-key must be UUID:KEY")
+    try:
+        api_key, source = api_key_of(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+    uuid, _, key = api_key.partition(":")
     if args.routers < 1:
         return _fail("--routers must be >= 1")
     if args.quota < 1:
@@ -193,17 +239,23 @@ def _up(args: argparse.Namespace) -> int:
         read_timeout = read_timeout_for(args.max_blocking_wait, args.upstream_read_timeout)
     except ValueError as exc:
         return _fail(str(exc))
+    tls_args = _tls_args(args)
+    if isinstance(tls_args, str):
+        return _fail(tls_args)
     try:
         host, port = parse_listen(args.listen, 3233)
         port = _free_port(host, port)
     except (ValueError, OSError) as exc:
         return _fail(f"cannot listen on {args.listen}: {_reason(exc)}")
+    if source == "--api-key":
+        print(f"apf-gateway up: {CMDLINE_WARNING}", file=sys.stderr, flush=True)
     root = Path(args.state_dir).resolve()
     logs = root / "logs"
     keys = root / "openwhisk-keys"
     try:
         logs.mkdir(parents=True, exist_ok=True)
-        token = ["--internal-token-file", str(_internal_token(root))]
+        token_file = _internal_token(root)
+        token = ["--internal-token-file", str(token_file)]
         keys.write_text(f"{uuid}:{key},guest,guest\n")
         keys.chmod(0o600)
         manager_port = _free_port("127.0.0.1", 0)
@@ -237,6 +289,7 @@ def _up(args: argparse.Namespace) -> int:
         # SIGINT: when we stop it the routers are gone already, nothing to wait for (SIGTERM,
         # from PR_SET_PDEATHSIG if we die, makes it wait for them: --router-wait-seconds)
         manager = Spec("manager", py + manager_args, logs / "manager.log")
+        manager_log_start = _log_size(manager.log)
         manager.stop_signal = signal.SIGINT
         supervisor.add(manager)
         for i in range(1, args.routers + 1):
@@ -248,12 +301,14 @@ def _up(args: argparse.Namespace) -> int:
             spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
             supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]
-        # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints, which
-        # trust loopback callers), and the front door answers errors there in its shape.
+        # Only the OpenWhisk API goes to the routers (not their /_platform/ endpoints), with
+        # the internal token: routers believe the identity headers only on requests carrying
+        # it. The front door answers errors there in OpenWhisk's shape.
         front_args += ["--upstream", f"/api/v1=http://127.0.0.1:{shared_port}"]
+        front_args += ["--upstream-token-file", f"/api/v1={token_file}"]
         front_args += ["--upstream-error-format", "/api/v1=openwhisk"]
         front_args += ["--openwhisk-keys-file", str(keys), "--anonymous-auth", "false"]
-        front_args += ["--upstream-read-timeout", str(read_timeout)]
+        front_args += ["--upstream-read-timeout", str(read_timeout), *tls_args]
         if args.config:
             front_args += ["--config", *(str(Path(p).resolve()) for p in args.config)]
         front = Spec("front-door", py + front_args, logs / "front-door.log", announce=False)
@@ -261,15 +316,25 @@ def _up(args: argparse.Namespace) -> int:
         supervisor.wait_ready(cancelled=lambda: stop["now"])
         shared.close()
         shown = f"[{host}]" if ":" in host else host
-        api = f"http://{shown}:{port}"
+        api = f"{'https' if tls_args else 'http'}://{shown}:{port}"
         routers = [c.url for c in supervisor.children() if c.spec.name.startswith("router-")]
+        scrape = TargetsFile(root / FILE_NAME)  # before "up": whoever waits for it finds it
+        scrape.update(_platform_urls(supervisor))
         print(f"apf-gateway is up: {api}", flush=True)
-        print(f"  API key (namespace guest): {args.api_key}")
-        print(f"  try: curl -u '{args.api_key}' {api}/api/v1/namespaces/_/actions")
+        if api_key == DEFAULT_API_KEY:
+            print(f"  API key (namespace guest): {api_key}")
+            print(f"  try: curl -u '{api_key}' {api}/api/v1/namespaces/_/actions")
+        else:  # a secret of the user's: not echoed into terminals and logs
+            print(f"  API key (namespace guest): {uuid}:... (from {source})")
+            print(f"  try: curl -u {uuid}:KEY {api}/api/v1/namespaces/_/actions")
         print(f"  manager: {manager_url}   routers: {' '.join(routers)}")
+        print(f"  Prometheus targets (manager, routers): {scrape.path}")
+        for line in _sandbox_warnings(manager.log, manager_log_start):
+            print(f"  warning: {line}")
         print(f"  logs: {logs}   (Ctrl-C stops everything)", flush=True)
         while not stop["now"]:
             supervisor.tick()
+            scrape.update(_platform_urls(supervisor))
             time.sleep(0.1)
     except (StartError, OSError) as exc:
         report(str(exc))
@@ -282,8 +347,55 @@ def _up(args: argparse.Namespace) -> int:
     return return_code
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{exc.strerror}{where}"
-    return str(exc)
+def api_key_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The API key of namespace guest and where it came from: ``--api-key``,
+    ``--api-key-file`` (its owner's only, as ssh insists for keys), ``$APF_GATEWAY_API_KEY``,
+    else the standalone key. ``ValueError`` says what is wrong, naming the source."""
+    if args.api_key is not None:
+        key, source = args.api_key, "--api-key"
+    elif args.api_key_file is not None:
+        source = f"--api-key-file {args.api_key_file}"
+        path = Path(args.api_key_file)
+        try:
+            mode = path.stat().st_mode
+            key = path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {source}: {_reason(exc)}") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ValueError(
+                f"{source} is readable by others (mode {stat.S_IMODE(mode):o}): chmod 600 it"
+            )
+    elif os.environ.get(API_KEY_ENV, "").strip():
+        key, source = os.environ[API_KEY_ENV].strip(), f"${API_KEY_ENV}"
+    else:
+        return DEFAULT_API_KEY, "default"
+    uuid, sep, secret = key.partition(":")
+    if not sep or not uuid or not secret or any(c.isspace() or c == "," for c in key):
+        raise ValueError(f"{source} must be UUID:KEY")
+    return key, source
+
+
+def _platform_urls(supervisor: Supervisor) -> list[tuple[str, str]]:
+    """The manager's and the routers' URLs now ("" while one restarts)."""
+    return [(c.spec.name, c.url) for c in supervisor.children() if c.spec.name != "front-door"]
+
+
+def _tls_args(args: argparse.Namespace) -> list[str] | str:
+    """The front door's TLS flags, or why the files do not make a certificate (checked here
+    so that ``up`` fails at once, not after starting the manager and routers)."""
+    if not args.tls_cert_file and not args.tls_private_key_file:
+        return []
+    if not (args.tls_cert_file and args.tls_private_key_file):
+        return "--tls-cert-file and --tls-private-key-file go together"
+    from gateway.serving.tls import load_certificates  # noqa: PLC0415 - per-command import
+    from gateway.settings.model import TLSSettings  # noqa: PLC0415 - per-command import
+
+    cert, key = (
+        str(Path(args.tls_cert_file).resolve()),
+        str(Path(args.tls_private_key_file).resolve()),
+    )
+    try:
+        load_certificates(TLSSettings(cert, key), client_certs=False)
+    except ValueError as exc:
+        return str(exc)
+    return ["--tls-cert-file", cert, "--tls-private-key-file", key]

@@ -160,6 +160,8 @@ class FlowController:
             elif fs.name == MANDATORY_FS_CATCH_ALL and fs.name not in names:
                 ordered.append(fs)
         self.flow_schemas = ordered
+        for fs in ordered:  # each flow's statistics from zero: its metrics exist before use
+            self.levels[fs.spec.priority_level_name].stats_for(fs.name)
         self._fs_uids = {
             fs.name: object_uid("FlowSchema", fs.name, fs.metadata.uid) for fs in ordered
         }

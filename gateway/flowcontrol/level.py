@@ -69,6 +69,9 @@ class PriorityLevel:
             "executing": TimingHistogram(REQUEST_UTILIZATION_BUCKETS),
         }
         self.demand_seats = TimingHistogram(DEMAND_SEATS_BUCKETS)
+        # Seats in use integrated over time (seat-seconds), in seats rather than as a fraction
+        # of a limit that borrowing moves: Δ over Δ time is the mean seats in any window.
+        self.seat_seconds = 0.0
         self.qs = QueueSet(
             self.name,
             clock,
@@ -188,7 +191,9 @@ class PriorityLevel:
         executing = self.request_utilization["executing"].hold
         demand_ratio = self.demand_seats.hold
         demand = qs.demand
+        seat_seconds = 0.0
         for (seats_in_use, req_exec, req_wait, seats_wait), dt in segments:
+            seat_seconds += seats_in_use * dt
             seat_util(seats_in_use / den, dt)
             waiting(req_wait / wait_den, dt)
             executing(req_exec / den, dt)
@@ -197,6 +202,7 @@ class PriorityLevel:
             demand.duration += dt
             demand.integral += seat_demand * dt
             demand.sq_integral += seat_demand * seat_demand * dt
+        self.seat_seconds += seat_seconds
 
     def sync(self) -> None:
         """Bring time-weighted statistics up to now (before a scrape or an adjustment)."""

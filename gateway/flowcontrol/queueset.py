@@ -341,6 +341,10 @@ class QueueSet:
             req.start_time = now
             self._start_executing(req)
             self.executing_sans_queue.add(req)
+            if self.desired_num_queues == 0:
+                # Kubernetes observes the wait of every non-exempt request it runs, a Reject
+                # level's at once too (``apf_filter.go``: ``queued`` is any non-exempt start).
+                flow_stats.wait_seconds["true"].observe(0.0)
             return req
         queue = self.queues[self._shuffle_shard(hash_value)]
         req.queue = queue

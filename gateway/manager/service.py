@@ -88,7 +88,7 @@ class ManagerService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._http: aiohttp.ClientSession | None = None
         self._backfilling: set[str] = set()
-        self.metrics = ManagerMetrics(lambda: self)
+        self.metrics = ManagerMetrics(lambda: self, settings.prewarm)
         self.disruptions = Disruptions(self)
         self.started = False
         self.stopping = False
@@ -187,6 +187,7 @@ class ManagerService:
         known: list[str],
         allow_proxy: bool,
     ) -> Grant:
+        self.metrics.namespace_seen(action.namespace)
         for _ in range(self.settings.max_evictions_per_acquire + 1):
             grant = self.core.acquire(
                 router_id, action, count=count, known=known, allow_proxy=allow_proxy

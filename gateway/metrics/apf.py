@@ -1,11 +1,20 @@
 """The APF metric set, read from the core's plain-Python statistics at scrape time.
 
-Names, labels and buckets are Kubernetes' (``pkg/util/flowcontrol/metrics``), so community APF
-dashboards work unchanged; the deprecated names the Kubernetes documentation still lists
-(``request_concurrency_limit``, ``request_concurrency_in_use``, ``apiserver_current_inqueue_seats``)
-are exported too. Time-weighted ("timing") histograms count nanoseconds, as Kubernetes'
-``TimingHistogram`` does: ``_count`` is the time observed and ``_sum`` the value integrated
-over it, both in nanoseconds.
+Names, labels, buckets and HELP texts are Kubernetes' (``pkg/util/flowcontrol/metrics``), so
+community APF dashboards work unchanged; HELP texts carry the stability prefix kube's metrics
+framework adds (``[ALPHA]``, ``[BETA]``, ``[STABLE]``). The two deprecated gauges
+(``request_concurrency_limit``, deprecated in 1.30, and ``request_concurrency_in_use``, 1.31)
+are hidden, as in the Kubernetes release these metrics follow (``METRICS_KUBERNETES_VERSION``;
+kube hides a metric from the release after its deprecation on), unless asked for
+(``showHiddenMetricsForVersion``, kube-apiserver's ``--show-hidden-metrics-for-version``);
+shown, their HELP says ``(Deprecated since ...)`` as kube's does. Time-weighted ("timing")
+histograms count nanoseconds, as Kubernetes' ``TimingHistogram`` does: ``_count`` is the time
+observed and ``_sum`` the value integrated over it, both in nanoseconds.
+
+One series is the gateway's own (Kubernetes has no such counter):
+``gateway_flowcontrol_priority_level_seat_seconds_total{priority_level}``, the executing seats
+integrated over time, so that ``rate()`` of it is the mean seats busy over any window, however
+short the requests (an instantaneous gauge sampled between them reads 0).
 """
 
 from __future__ import annotations
@@ -30,6 +39,24 @@ from gateway.metrics.frontdoor import histogram_buckets
 P = "apiserver_flowcontrol_"
 PL_FS = ["priority_level", "flow_schema"]
 NS = 1e9
+# The Kubernetes release whose metric set (stability, hidden metrics) this follows.
+METRICS_KUBERNETES_VERSION = "1.34"
+# Stability levels other than ALPHA (the default), by family name (counters without _total).
+STABILITY = {
+    P + "rejected_requests": "BETA",
+    P + "dispatched_requests": "BETA",
+    P + "current_inqueue_requests": "BETA",
+    P + "current_executing_requests": "BETA",
+    P + "current_executing_seats": "BETA",
+    P + "request_wait_duration_seconds": "BETA",
+    P + "nominal_limit_seats": "BETA",
+    "apiserver_current_inflight_requests": "STABLE",
+}
+# Deprecated metrics hidden in METRICS_KUBERNETES_VERSION, with the version that deprecated them.
+HIDDEN = {
+    P + "request_concurrency_limit": "1.30.0",
+    P + "request_concurrency_in_use": "1.31.0",
+}
 
 
 def _timing(h: Histogram) -> tuple[list[tuple[str, float]], float]:
@@ -37,10 +64,22 @@ def _timing(h: Histogram) -> tuple[list[tuple[str, float]], float]:
 
 
 class APFMetrics(Collector):
-    def __init__(self, controller: FlowController) -> None:
+    def __init__(self, controller: FlowController, *, show_hidden: bool = False) -> None:
         self.controller = controller
+        self.show_hidden = show_hidden
 
     def collect(self) -> Iterator[Metric]:
+        for family in self._families():
+            deprecated = HIDDEN.get(family.name)
+            if deprecated is not None:
+                if not self.show_hidden:
+                    continue
+                family.documentation = f"(Deprecated since {deprecated}) {family.documentation}"
+            stability = STABILITY.get(family.name, "ALPHA")
+            family.documentation = f"[{stability}] {family.documentation}"
+            yield family
+
+    def _families(self) -> Iterator[Metric]:
         c = self.controller
         c.sync()
         levels = sorted(c.levels.items())
@@ -115,7 +154,7 @@ class APFMetrics(Collector):
             "Priority and Fairness subsystem",
             "request_concurrency_in_use": "Concurrency (number of seats) occupied by the "
             "currently executing (initial stage for a WATCH, any stage otherwise) requests in "
-            "the API Priority and Fairness subsystem (deprecated: current_executing_seats)",
+            "the API Priority and Fairness subsystem",
         }
         g = {k: fam(GaugeMetricFamily, P + k, v, PL_FS) for k, v in gauges.items()}
         old_inqueue_seats = fam(
@@ -171,6 +210,10 @@ class APFMetrics(Collector):
                 g["current_executing_requests"].add_metric(lv, s.executing_requests)
                 g["current_executing_seats"].add_metric(lv, s.executing_seats)
                 g["request_concurrency_in_use"].add_metric(lv, s.executing_seats)
+                if not s.work_estimated_seats.count:
+                    # no request yet: counters and gauges at 0 (what rate() needs), but not
+                    # seven empty histograms per FlowSchema, which would triple a scrape
+                    continue
                 for fam_, h, extra in (
                     (qlen, s.queue_length_after_enqueue, []),
                     (wait, s.wait_seconds["true"], ["true"]),
@@ -188,8 +231,7 @@ class APFMetrics(Collector):
             "nominal_limit_seats": ("Nominal number of execution seats configured for each "
                                     "priority level", "nominal_cl"),
             "request_concurrency_limit": ("Nominal number of execution seats configured for "
-                                          "each priority level (deprecated: "
-                                          "nominal_limit_seats)", "nominal_cl"),
+                                          "each priority level", "nominal_cl"),
             "lower_limit_seats": ("Configured lower bound on number of execution seats "
                                   "available to each priority level", "min_cl"),
             "upper_limit_seats": ("Configured upper bound on number of execution seats "
@@ -236,6 +278,11 @@ class APFMetrics(Collector):
             "nanosecond, of number of requests (as a fraction of the relevant limit) waiting or "
             "in any stage of execution (but only initial stage for WATCHes)",
             labels=["phase", "priority_level"])  # fmt: skip
+        seat_seconds = CounterMetricFamily(
+            "gateway_flowcontrol_priority_level_seat_seconds",
+            "Seats executing (initial stage for WATCHes) integrated over time, in seat-seconds",
+            labels=["priority_level"],
+        )
         demand = HistogramMetricFamily(
             P + "demand_seats", "Observations, at the end of every nanosecond, of (the number "
             "of seats each priority level could use) / (nominal number of seats for that "
@@ -267,6 +314,7 @@ class APFMetrics(Collector):
                 req_util.add_metric([phase, pl], b, s)
             b, s = _timing(level.demand_seats)
             demand.add_metric([pl], b, s)
+            seat_seconds.add_metric([pl], level.seat_seconds)
         yield from fams.values()
         yield from rf.values()
         yield from bounds.values()
@@ -274,3 +322,4 @@ class APFMetrics(Collector):
         yield seat_util
         yield req_util
         yield demand
+        yield seat_seconds

@@ -2,7 +2,9 @@
 max-in-flight filter's counts (``apiserver_current_inflight_requests`` when APF is off).
 
 Plain counters updated on the hot path, exported by a custom collector at scrape time, so a
-request pays an attribute increment instead of a locked library call.
+request pays an attribute increment instead of a locked library call. Each configured
+upstream's latency and error series exist from zero (``upstreams``), so that ``rate()`` sees
+the first error.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ class AccessLogCounts(Protocol):
     def dropped(self) -> int: ...
 
 
+class QueuedBodies(Protocol):
+    """What is read of the queued requests' read-ahead (``asgi.readahead.ReadAheadBudget``)."""
+
+    held: int
+    peak: int
+    stopped: int
+    limit: int
+
+
 UPSTREAM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ERROR_KINDS = ("connect", "timeout", "protocol")
 
@@ -69,9 +80,13 @@ def _counter(name: str, documentation: str, label: str, counts: Mapping[str, int
 
 
 class FrontDoorMetrics(Collector):
-    def __init__(self) -> None:
+    def __init__(self, upstreams: Iterable[str] = ()) -> None:
         self.upstream_latency: dict[str, Histogram] = {}
         self.upstream_errors: dict[tuple[str, str], int] = {}
+        for upstream in upstreams:
+            self.upstream_latency[upstream] = Histogram(UPSTREAM_BUCKETS)
+            for kind in ERROR_KINDS:
+                self.upstream_errors[(upstream, kind)] = 0
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_ok = 1
         self.reload_failures: dict[str, int] = {}
@@ -79,6 +94,7 @@ class FrontDoorMetrics(Collector):
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
         self.client: ClosedConnections | None = None
         self.access_log: AccessLogCounts | None = None
+        self.read_ahead: QueuedBodies | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
     def observe_upstream(self, upstream: str, error: str, seconds: float) -> None:
@@ -137,7 +153,9 @@ class FrontDoorMetrics(Collector):
             yield _counter(
                 "gateway_client_connections_closed",
                 "Client connections the gateway closed or refused for a client limit, by reason "
-                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity).",
+                "(header_timeout, body_timeout, send_timeout, head_too_large, over_capacity, "
+                "http2_protocol_error, http2_rapid_reset, http2_control_flood; on HTTP/2 the "
+                "timeouts may reset one stream).",
                 "reason", self.client.closed,
             )  # fmt: skip
         if self.access_log is not None:
@@ -152,6 +170,8 @@ class FrontDoorMetrics(Collector):
                 "write failed.",
                 value=self.access_log.dropped,
             )
+        if self.read_ahead is not None:
+            yield from _read_ahead(self.read_ahead)
         if self.maxinflight is not None:
             inflight = GaugeMetricFamily(
                 "apiserver_current_inflight_requests",
@@ -167,3 +187,26 @@ class FrontDoorMetrics(Collector):
                 "Requests refused with 429 by the max-in-flight filter (APF disabled).",
                 "request_kind", self.maxinflight_rejected,
             )  # fmt: skip
+
+
+def _read_ahead(r: QueuedBodies) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes",
+        "Request body bytes read ahead by requests waiting in APF queues.",
+        value=r.held,
+    )
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes_peak",
+        "Most request body bytes ever read ahead at once by queued requests.",
+        value=r.peak,
+    )
+    yield GaugeMetricFamily(
+        "gateway_queued_request_body_bytes_limit",
+        "The budget of request body queued requests may read ahead (client.maxQueuedBodyBytes).",
+        value=r.limit,
+    )
+    yield CounterMetricFamily(
+        "gateway_queued_request_body_read_ahead_stopped",
+        "Queued requests that stopped reading their body ahead (1 MiB each, or the budget).",
+        value=r.stopped,
+    )

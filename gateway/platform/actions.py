@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.platform.errors import ApiError, not_implemented
 from gateway.platform.ids import is_entity_name
+from gateway.platform.podtemplate import review
 
 DEFAULT_LIMITS: dict[str, int] = {
     "timeout": 60000,
@@ -35,11 +36,6 @@ MAX_CODE_BYTES = 48 * 1024 * 1024
 MAX_GRACE_SECONDS = 3600
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.IGNORECASE)
-# what an action's pod template may set (the Kubernetes backend merges it over the operator's)
-_TEMPLATE_KEYS = {
-    "metadata": {"labels", "annotations"},
-    "spec": {"nodeSelector", "tolerations", "priorityClassName"},
-}
 
 
 class EvictionSafe(enum.StrEnum):
@@ -170,8 +166,11 @@ class ActionInfo(ActionSpec):
         )
 
 
-def validate_put(namespace: str, name: str, body: Any) -> dict[str, Any]:
-    """Turn a PUT body into a complete action document (version 0.0.1) or raise 400."""
+def validate_put(
+    namespace: str, name: str, body: Any, *, allowed_template_fields: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Turn a PUT body into a complete action document (version 0.0.1) or raise 400;
+    ``allowed_template_fields``: the pod template fields the operator lets tenants set."""
     if not is_entity_name(name):
         raise ApiError(400, f"The name '{name}' is not a valid action name.")
     if not isinstance(body, dict):
@@ -211,7 +210,7 @@ def validate_put(namespace: str, name: str, body: Any) -> dict[str, Any]:
         if not isinstance(image, str) or not _IMAGE.match(image):
             raise ApiError(400, "exec.image must be a container image reference.")
         stored_exec["image"] = image
-    template = _pod_template(body.get("podTemplate"))
+    template = _pod_template(body.get("podTemplate"), allowed_template_fields)
     doc: dict[str, Any] = {
         "namespace": namespace,
         "name": name,
@@ -260,38 +259,14 @@ def _eviction(value: Any, template: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _pod_template(value: Any) -> dict[str, Any] | None:
-    """The few pod fields an action may set: labels, annotations, node placement."""
+def _pod_template(value: Any, allowed: frozenset[str]) -> dict[str, Any] | None:
+    """What a tenant may set of a pod (``gateway.platform.podtemplate``); 400 names the rest."""
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise ApiError(400, "podTemplate must be an object.")
-    for part, allowed in _TEMPLATE_KEYS.items():
-        given = value.get(part) or {}
-        if not isinstance(given, dict) or set(given) - allowed:
-            raise ApiError(400, f"podTemplate.{part} may only set {', '.join(sorted(allowed))}.")
-    extra = set(value) - set(_TEMPLATE_KEYS)
-    if extra:
-        raise ApiError(400, f"podTemplate may only set metadata and spec, not {sorted(extra)}.")
-    meta, spec = value.get("metadata") or {}, value.get("spec") or {}
-    for where, mapping in (
-        ("metadata.labels", meta.get("labels")),
-        ("metadata.annotations", meta.get("annotations")),
-        ("spec.nodeSelector", spec.get("nodeSelector")),
-    ):
-        if mapping is not None and not (
-            isinstance(mapping, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
-        ):
-            raise ApiError(400, f"podTemplate.{where} must map strings to strings.")
-    tolerations = spec.get("tolerations")
-    if tolerations is not None and not (
-        isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
-    ):
-        raise ApiError(400, "podTemplate.spec.tolerations must be a list of objects.")
-    if not isinstance(spec.get("priorityClassName", ""), str):
-        raise ApiError(400, "podTemplate.spec.priorityClassName must be a string.")
-    return {k: v for k, v in value.items() if v}
+    clean, problems = review(value, allowed)
+    if problems:
+        raise ApiError(400, "; ".join(problems) + ".")
+    return clean or None
 
 
 def _key_values(value: Any, field: str) -> list[dict[str, Any]]:

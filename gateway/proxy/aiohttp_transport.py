@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from gateway.proxy.transport import (
@@ -21,6 +23,7 @@ from gateway.proxy.transport import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
+from gateway.proxy.upstream_tls import UpstreamTLS
 
 SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
 
@@ -42,11 +45,28 @@ def map_aiohttp_errors() -> Iterator[None]:
         raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
 
 
+class _TLSAbortingHandler(ResponseHandler):
+    """Closes a TLS connection at once (as the h1 transport does) instead of waiting up to
+    30 s for the upstream's close_notify with the socket open."""
+
+    def close(self) -> None:
+        transport = self.transport
+        if transport is not None and transport.get_extra_info("sslcontext") is not None:
+            self.abort()
+        else:
+            super().close()
+
+
 class CheckedConnector(aiohttp.TCPConnector):
     """aiohttp's pool hands out an idle connection that received bytes while idle (a response
     the upstream should never have sent), and the next request then reads those bytes as its
     response. Such a connection has ``should_close`` set (unread data, a started payload): close
     it and take another. ``_get`` is aiohttp's one place where a pooled connection is chosen."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # aiohttp builds its protocol from this factory (a subclass is what it expects)
+        self._factory = functools.partial(_TLSAbortingHandler, loop=self._loop)  # type: ignore[assignment]
 
     async def _get(self, key: Any, traces: list[Any]) -> Any:
         while True:
@@ -143,7 +163,10 @@ class AiohttpResponse:
 
 
 class AiohttpUpstreamTransport:
-    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+    def __init__(
+        self, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
+    ) -> None:
+        self._tls = tls
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             connect=timeouts.pool,
@@ -189,6 +212,7 @@ class AiohttpUpstreamTransport:
         paced = None
         if limit is not None and body is not None and not isinstance(body, bytes):
             body = paced = _Paced(body)
+        tls = self._tls.for_url(url) if self._tls is not None else None
         with map_aiohttp_errors():
             request = self._session(long_running).request(
                 method,
@@ -197,6 +221,8 @@ class AiohttpUpstreamTransport:
                 data=body,
                 allow_redirects=False,
                 compress=None,
+                ssl=tls.context if tls else True,
+                server_hostname=tls.server_hostname if tls else None,
             )
             if paced is None or limit is None:
                 resp = await request

@@ -8,11 +8,10 @@ front-door middleware stored in ``scope["gateway.digest"]``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.asgi.context import added_headers, request_context
@@ -23,15 +22,30 @@ from gateway.asgi.errorformat import (
     OPENWHISK,
     send_openwhisk_error,
 )
-from gateway.http.status import send_status
+from gateway.http.abandon import ABANDONED
+from gateway.http.framing import body_framing
+from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
-from gateway.proxy.body import ClientDisconnected, RequestBody, body_framing, read_small
-from gateway.proxy.headers import HeaderPolicy, ImpersonationRefused, response_headers
+from gateway.http.websocket import http_send
+from gateway.proxy.body import ClientDisconnected, RequestBody, read_small
+from gateway.proxy.headers import (
+    HeaderPolicy,
+    ImpersonationRefused,
+    authenticated_headers,
+    response_headers,
+)
 from gateway.proxy.transport import (
     SMALL_BODY,
     Transport,
     UpstreamError,
     UpstreamResponse,
+)
+from gateway.proxy.websocket import (
+    HandshakeRefused,
+    Relay,
+    WebSocketLimits,
+    WebSocketUpstream,
+    websocket_url,
 )
 from gateway.reconfigure import Swap, Undo, assign
 
@@ -40,10 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.proxy")
 
-# Set in the request's task when the proxy leaves a response unfinished on purpose (the
-# upstream failed mid-body): the server then closes the client connection, and its own
-# "returned without completing response" line is dropped in favour of ours.
-_ABANDONED: contextvars.ContextVar[bool] = contextvars.ContextVar("proxy_abandoned", default=False)
+# Set in the request's task when a response is left unfinished on purpose (the upstream failed
+# mid-body, or flow control ended it at its deadline): the server then closes the client
+# connection, and its own "returned without completing response" line is dropped.
+_ABANDONED = ABANDONED
 _SERVER_LINE = "ASGI callable returned without completing response."
 
 
@@ -69,6 +83,9 @@ class UpstreamRoute:
     url: str
     strip_prefix: bool = False
     error_format: str = KUBERNETES  # the shape of the front door's own errors on this route
+    # The front door's own credential for this upstream (``upstreams[].bearerTokenFile``):
+    # sent as ``Authorization: Bearer``, in place of the client's.
+    token: str = field(default="", repr=False)
 
 
 # (upstream url, error kind or "" on success, seconds until response headers)
@@ -87,6 +104,7 @@ class ProxyApp:
         headers: HeaderPolicy | None = None,
         observe: Observer | None = None,
         max_connections: int = 0,
+        websockets: WebSocketUpstream | None = None,
     ) -> None:
         if not routes:
             raise ValueError("at least one upstream is required")
@@ -98,6 +116,7 @@ class ProxyApp:
         self.transport = transport
         self.headers = headers or HeaderPolicy()
         self.observe = observe
+        self.websockets = websockets or WebSocketUpstream(WebSocketLimits())
         _install_filter()
 
     def prepare(self, *, request_header: RequestHeaderSettings, max_connections: int) -> Swap:
@@ -137,7 +156,7 @@ class ProxyApp:
 
     def route(self, path: str) -> UpstreamRoute | None:
         for r in self.routes:
-            if path.startswith(r.prefix):
+            if prefix_matches(r.prefix, path):
                 return r
         return None
 
@@ -153,7 +172,7 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1003})
+                await self._websocket(scope, receive, send)
             return
         path: str = scope["path"]
         route = self.route(path)
@@ -163,14 +182,7 @@ class ProxyApp:
                 headers=added_headers(scope),
             )  # fmt: skip
             return
-        # The front door made ``raw_path`` canonical (gateway.asgi.canonical): every transport
-        # sends exactly it, so the upstream serves the path that was classified.
-        raw_path: bytes = scope.get("raw_path") or path.encode()
-        if route.strip_prefix:
-            raw_path = _strip_prefix(raw_path, route.prefix.rstrip("/"))
-        url = route.url + raw_path.decode("latin-1")
-        if scope["query_string"]:
-            url += "?" + scope["query_string"].decode("latin-1")
+        url = _target(route, scope)
         context = request_context(scope)
         digest = context.digest if context is not None else None
         client = scope.get("client")
@@ -187,6 +199,8 @@ class ProxyApp:
                 "(proxy.impersonation: reject)", headers=added_headers(scope),
             )  # fmt: skip
             return
+        if route.token:
+            headers = authenticated_headers(headers, route.token)
         length, chunked = body_framing(scope)
         body: bytes | RequestBody | None = None
         if 0 < length <= SMALL_BODY:
@@ -208,22 +222,7 @@ class ProxyApp:
                 log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
                 return
             assert isinstance(exc, UpstreamError)
-            elapsed = time.perf_counter() - started
-            if context is not None:
-                context.upstream_seconds = elapsed
-            if self.observe:
-                self.observe(route.url, exc.kind, elapsed)
-            code = exc.status
-            if route.error_format == OPENWHISK:  # no internal address in a platform's answer
-                await send_openwhisk_error(
-                    send, code, GATEWAY_TIMEOUT if code == 504 else BAD_GATEWAY,
-                    added_headers(scope),
-                )  # fmt: skip
-                return
-            await send_status(
-                send, code, f"upstream {route.url}: {exc.kind}: {exc}",
-                headers=added_headers(scope),
-            )  # fmt: skip
+            await self._failed(route, exc, started, scope, send)
             return
         elapsed = time.perf_counter() - started
         if context is not None:
@@ -250,6 +249,82 @@ class ProxyApp:
             _ABANDONED.set(True)
         finally:
             await resp.aclose()
+
+    async def _failed(
+        self, route: UpstreamRoute, exc: UpstreamError, started: float, scope: Scope, send: Send
+    ) -> None:
+        """The answer to a request its upstream did not answer: 502 or 504."""
+        elapsed = time.perf_counter() - started
+        context = request_context(scope)
+        if context is not None:
+            context.upstream_seconds = elapsed
+        if self.observe:
+            self.observe(route.url, exc.kind, elapsed)
+        code = exc.status
+        if route.error_format == OPENWHISK:  # no internal address in a platform's answer
+            await send_openwhisk_error(
+                send, code, GATEWAY_TIMEOUT if code == 504 else BAD_GATEWAY,
+                added_headers(scope),
+            )  # fmt: skip
+            return
+        await send_status(
+            send, code, f"upstream {route.url}: {exc.kind}: {exc}", headers=added_headers(scope)
+        )
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A websocket scope: the upstream's handshake first (its subprotocol is the one
+        accepted), then the relay. Refusals are HTTP answers (``gateway.http.websocket``)."""
+        refuse = http_send(scope, send)
+        path: str = scope["path"]
+        route = self.route(path)
+        if route is None:
+            await send_status(refuse, 404, f"no upstream serves {path}", reason="NotFound")
+            return
+        if (await receive())["type"] != "websocket.connect":
+            return  # the client left
+        context = request_context(scope)
+        client = scope.get("client")
+        try:
+            headers = self.headers.request_headers(
+                scope["headers"],
+                client_host=client[0] if client else "",
+                scheme="https" if scope.get("scheme") == "wss" else "http",
+                user=context.digest.user if context is not None else None,
+            )
+        except ImpersonationRefused as exc:
+            await send_status(refuse, 403, f"impersonation ({exc} header) is not accepted here "
+                              "(proxy.impersonation: reject)")  # fmt: skip
+            return
+        # aiohttp writes the handshake's own headers (key, version, subprotocols, no
+        # extensions: messages cross whole, uncompressed).
+        headers = [(n, v) for n, v in headers if not n.startswith(b"sec-websocket-")]
+        if route.token:
+            headers = authenticated_headers(headers, route.token)
+        url = websocket_url(_target(route, scope))
+        started = time.perf_counter()
+        try:
+            upstream = await self.websockets.connect(url, headers, scope.get("subprotocols", []))
+        except HandshakeRefused as exc:
+            if self.observe:
+                self.observe(route.url, "", time.perf_counter() - started)
+            if exc.answer is None:
+                await send_status(refuse, exc.status, f"upstream {route.url}: {exc}")
+            else:  # the upstream's own answer (kube-apiserver's Status: kubectl prints it)
+                await send_bytes(refuse, exc.status, *exc.answer)
+            return
+        except UpstreamError as exc:
+            await self._failed(route, exc, started, scope, refuse)
+            return
+        if self.observe:
+            self.observe(route.url, "", time.perf_counter() - started)
+        try:
+            await send({"type": "websocket.accept", "subprotocol": upstream.protocol,
+                        "headers": added_headers(scope) or []})  # fmt: skip
+            ws = self.websockets
+            await Relay(receive, send, upstream, ws.limits, ws.clock).run()
+        finally:
+            if not upstream.closed:
+                await upstream.close(code=1001)
 
     async def _relay(
         self,
@@ -291,6 +366,29 @@ class ProxyApp:
         finally:
             watcher.remove_done_callback(on_disconnect)
             watcher.cancel()
+
+
+def _target(route: UpstreamRoute, scope: Scope) -> str:
+    """The upstream URL of a request. The front door made ``raw_path`` canonical
+    (gateway.asgi.canonical): every transport sends exactly it, so the upstream serves the
+    path that was classified."""
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+    if route.strip_prefix:
+        raw_path = _strip_prefix(raw_path, route.prefix.rstrip("/"))
+    url = route.url + raw_path.decode("latin-1")
+    if scope["query_string"]:
+        url += "?" + scope["query_string"].decode("latin-1")
+    return url
+
+
+def prefix_matches(prefix: str, path: str) -> bool:
+    """Whether ``prefix`` matches ``path`` on ``/`` boundaries only (Envoy's
+    ``path_separated_prefix``): ``/public`` serves ``/public`` and ``/public/...``, never
+    ``/publicadmin``, which stripped would reach the upstream as ``/admin`` though it was
+    classified as ``/publicadmin`` (issue 21 item 7)."""
+    if not path.startswith(prefix):
+        return False
+    return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
 
 
 def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:

@@ -15,7 +15,7 @@ transport wrote and drained the previous one, so a request holds O(one message) 
 
 from __future__ import annotations
 
-from gateway.http.types import Receive, Scope
+from gateway.http.types import Receive
 
 
 class ClientDisconnected(Exception):
@@ -60,18 +60,6 @@ class RequestBody:
             if body:
                 return body
         raise StopAsyncIteration
-
-
-def body_framing(scope: Scope) -> tuple[int, bool]:
-    """(Content-Length or -1, chunked); the server already refused conflicting framings."""
-    length = -1
-    chunked = False
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            length = int(value) if value.isdigit() else -1
-        elif name == b"transfer-encoding":
-            chunked = True
-    return length, chunked
 
 
 async def read_small(receive: Receive, length: int) -> bytes | None:

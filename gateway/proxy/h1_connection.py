@@ -24,6 +24,7 @@ from gateway.proxy.transport import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
+from gateway.proxy.upstream_tls import TLSTarget
 
 # Body chunks buffered before the connection stops reading (back-pressure on the upstream).
 HIGH_WATER = 64 * 1024
@@ -176,7 +177,13 @@ class Conn(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
-            self.transport.close()
+            if self.pool.tls is None:
+                self.transport.close()
+            else:
+                # No TLS close_notify exchange (up to 30 s with the socket open): a closed
+                # upstream connection is done with, framed or in doubt, and HTTP/1.1 framing
+                # never relies on close_notify.
+                self.transport.abort()
 
     def take(self) -> bytes:
         data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
@@ -245,9 +252,13 @@ async def with_read_timeout(
 class Pool:
     """Keep-alive connections to one host:port; ``limit`` 0 means unbounded."""
 
-    def __init__(self, host: str, port: int, limit: int, t: Timeouts, expiry: float) -> None:
+    def __init__(
+        self, host: str, port: int, limit: int, t: Timeouts, expiry: float,
+        tls: TLSTarget | None = None,
+    ) -> None:  # fmt: skip
         self.loop = asyncio.get_running_loop()
         self.host, self.port = host, port
+        self.tls = tls
         self.limit = limit
         self.timeouts = t
         self.expiry = expiry
@@ -279,7 +290,14 @@ class Pool:
             return await self.acquire()
         self.active += 1
         try:
-            coro = self.loop.create_connection(lambda: Conn(self), self.host, self.port)
+            tls = self.tls
+            if tls is None:
+                coro = self.loop.create_connection(lambda: Conn(self), self.host, self.port)
+            else:  # the connect timeout covers the handshake too
+                coro = self.loop.create_connection(
+                    lambda: Conn(self), self.host, self.port, ssl=tls.context,
+                    server_hostname=tls.server_hostname,
+                )  # fmt: skip
             _, proto = await asyncio.wait_for(coro, self.timeouts.connect)
         except TimeoutError as exc:
             self._released()

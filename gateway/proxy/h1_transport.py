@@ -24,6 +24,7 @@ from gateway.proxy.transport import (
     UpstreamConnectError,
     UpstreamProtocolError,
 )
+from gateway.proxy.upstream_tls import TLSTarget, UpstreamTLS
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
@@ -56,23 +57,32 @@ class H1Response:
 
 
 class H1UpstreamTransport:
-    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+    def __init__(
+        self, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
+    ) -> None:
         self.timeouts = timeouts
         self.limits = limits
+        self.tls = tls
         self._pools: dict[tuple[str, int, bool], Pool] = {}
-        self._targets: dict[str, tuple[str, int, bytes, int]] = {}
+        self._targets: dict[str, tuple[str, int, bytes, int, TLSTarget | None]] = {}
 
-    def _split(self, url: str) -> tuple[str, int, bytes, int]:
-        """(host, port, Host header value, index where the request target starts)."""
+    def _split(self, url: str) -> tuple[str, int, bytes, int, TLSTarget | None]:
+        """(host, port, Host header value, index where the request target starts, TLS)."""
         end = url.find("/", url.find("//") + 2)
         base = url if end < 0 else url[:end]
         found = self._targets.get(base)
         if found is None:
             parts = urlsplit(base)
-            if parts.scheme != "http":
-                raise UpstreamConnectError(f"the h1 transport speaks plain http only: {url!r}")
             host = parts.hostname or "127.0.0.1"
-            found = (host, parts.port or 80, parts.netloc.encode("idna"), len(base))
+            tls: TLSTarget | None = None
+            if parts.scheme == "https":
+                if self.tls is None:
+                    raise UpstreamConnectError(f"no TLS settings for {url!r}")
+                tls = self.tls.target(host, parts.port or 443)
+            elif parts.scheme != "http":
+                raise UpstreamConnectError(f"the h1 transport speaks http and https: {url!r}")
+            port = parts.port or (443 if tls else 80)
+            found = (host, port, parts.netloc.encode("idna"), len(base), tls)
             if len(self._targets) < 1024:
                 self._targets[base] = found
         return found
@@ -84,12 +94,13 @@ class H1UpstreamTransport:
             if not long_running:
                 pool.resize(limit)
 
-    def _pool(self, host: str, port: int, long_running: bool) -> Pool:
+    def _pool(self, host: str, port: int, long_running: bool, tls: TLSTarget | None) -> Pool:
+        # One host and port is one scheme: http and https on the same port cannot both answer.
         key = (host, port, long_running)
         pool = self._pools.get(key)
         if pool is None:
             limit = 0 if long_running else self.limits.max_connections
-            pool = Pool(host, port, limit, self.timeouts, self.limits.keepalive_expiry)
+            pool = Pool(host, port, limit, self.timeouts, self.limits.keepalive_expiry, tls)
             self._pools[key] = pool
         return pool
 
@@ -102,9 +113,9 @@ class H1UpstreamTransport:
         *,
         long_running: bool = False,
     ) -> H1Response:
-        host, port, host_header, start = self._split(url)
+        host, port, host_header, start, tls = self._split(url)
         target = url[start:] or "/"
-        pool = self._pool(host, port, long_running)
+        pool = self._pool(host, port, long_running, tls)
         # RFC 9110 9.2.2: only idempotent requests may be retried without the client asking.
         replayable = method in IDEMPOTENT and (body is None or isinstance(body, bytes))
         while True:

@@ -131,6 +131,21 @@ class HeaderPolicy:
         return out
 
 
+INTERNAL = b"x-apf-"  # the platform's own headers between its parts (X-Apf-Proxied-By, ...)
+
+
+def authenticated_headers(headers: Headers, token: str) -> Headers:
+    """Headers for an upstream the front door authenticates to: its token in place of the
+    client's ``Authorization``, and no client-sent platform header (``X-Apf-*``): the token
+    makes the upstream believe what comes with it, so nothing of the client's may pass as
+    the front door's."""
+    out = [
+        (n, v) for n, v in headers if n != b"authorization" and not _dashed(n).startswith(INTERNAL)
+    ]
+    out.append((b"authorization", b"Bearer " + token.encode("latin-1")))
+    return out
+
+
 def response_headers(headers: Headers) -> Headers:
     tokens: frozenset[bytes] = frozenset()
     for name, value in headers:

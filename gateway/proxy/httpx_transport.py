@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import h11
@@ -15,7 +16,11 @@ from aiohttp import ClientResponse, ClientSession, ClientTimeout
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
-from gateway.proxy.aiohttp_transport import CheckedConnector, map_aiohttp_errors
+from gateway.proxy.aiohttp_transport import (
+    SKIP_AUTO_HEADERS,
+    CheckedConnector,
+    map_aiohttp_errors,
+)
 from gateway.proxy.transport import (
     SMALL_BODY,
     Headers,
@@ -25,6 +30,7 @@ from gateway.proxy.transport import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
+from gateway.proxy.upstream_tls import TLSTarget, UpstreamTLS
 
 
 @contextmanager
@@ -83,16 +89,27 @@ def _refuse_trailing_bytes(resp: httpx.Response) -> None:
         state.send_failed()
 
 
+def _no_cookies() -> CookieJar:
+    """A jar that keeps nothing: httpx's client stores every upstream ``Set-Cookie`` (one
+    client's session would join the next one's requests, and the jar would only grow)."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HttpxUpstreamTransport:
-    def __init__(self, *, timeouts: Timeouts, limits: PoolLimits) -> None:
+    def __init__(
+        self, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
+    ) -> None:
+        self._tls = tls
         self._timeout = httpx.Timeout(
             connect=timeouts.connect, read=timeouts.read, write=timeouts.read, pool=timeouts.pool
         )
         self._limits = limits
         self._clients: dict[bool, httpx.AsyncClient] = {}
 
-    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        return httpx.AsyncHTTPTransport(limits=limits)
+    def _make_transport(
+        self, limits: httpx.Limits, tls: TLSTarget | None = None
+    ) -> httpx.AsyncBaseTransport:
+        return httpx.AsyncHTTPTransport(limits=limits, verify=tls.context if tls else True)
 
     def _client(self, long_running: bool) -> httpx.AsyncClient:
         client = self._clients.get(long_running)
@@ -103,9 +120,17 @@ class HttpxUpstreamTransport:
                 max_keepalive_connections=max_conn,
                 keepalive_expiry=self._limits.keepalive_expiry,
             )
+            # httpcore takes its TLS context per pool: one mounted transport per https upstream.
+            targets = self._tls.targets if self._tls is not None else {}
+            mounts = {
+                f"https://{host}:{port}": self._make_transport(limits, target)
+                for (host, port), target in targets.items()
+            }
             client = httpx.AsyncClient(
-                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False
-            )
+                transport=self._make_transport(limits), timeout=self._timeout, trust_env=False,
+                mounts=mounts,
+                cookies=_no_cookies(),
+            )  # fmt: skip
             self._clients[long_running] = client
         return client
 
@@ -120,7 +145,14 @@ class HttpxUpstreamTransport:
     ) -> HttpxResponse:
         client = self._client(long_running)
         with _mapped():
-            request = client.build_request(method, url, headers=headers, content=body)
+            tls = self._tls.for_url(url) if self._tls is not None else None
+            extensions = {"sni_hostname": tls.server_hostname} if tls else {}
+            # Not ``client.build_request``: it adds the client's default headers (Accept,
+            # Accept-Encoding, Connection, User-Agent) and its cookies; only what the
+            # client sent (and the proxy's own headers) goes upstream.
+            request = httpx.Request(
+                method, url, headers=headers, content=body, extensions=extensions
+            )
             resp = await client.send(request, stream=True)
             try:
                 length = resp.headers.get("content-length")
@@ -139,11 +171,15 @@ class HttpxUpstreamTransport:
 
 
 class HttpxAiohttpUpstreamTransport(HttpxUpstreamTransport):
-    def _make_transport(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        return _exact_target_transport(limits)
+    def _make_transport(
+        self, limits: httpx.Limits, tls: TLSTarget | None = None
+    ) -> httpx.AsyncBaseTransport:
+        return _exact_target_transport(limits, tls)
 
 
-def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+def _exact_target_transport(
+    limits: httpx.Limits, tls: TLSTarget | None
+) -> httpx.AsyncBaseTransport:
     """httpx-aiohttp hands aiohttp ``str(request.url)``, which yarl requotes (``%3A`` becomes
     ``:``, ``%2F`` in a query ``/``); this one sends the canonical target unchanged."""
 
@@ -175,7 +211,10 @@ def _exact_target_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
                 response = await self.client.request(
                     request.method, URL(str(request.url), encoded=True),
                     headers=request.headers, data=data, allow_redirects=False,
+                    skip_auto_headers=SKIP_AUTO_HEADERS,
                     auto_decompress=False, compress=False,
+                    ssl=tls.context if tls else True,
+                    server_hostname=tls.server_hostname if tls else None,
                     timeout=ClientTimeout(
                         sock_connect=timeout.get("connect"), sock_read=timeout.get("read"),
                         connect=timeout.get("pool"),

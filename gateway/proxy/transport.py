@@ -17,7 +17,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from gateway.proxy.upstream_tls import UpstreamTLS
 
 TransportName = Literal["aiohttp", "httpx", "httpx-aiohttp", "h1"]
 TRANSPORTS: dict[str, str] = {
@@ -106,7 +109,10 @@ class Transport(Protocol):
 SMALL_BODY = 64 * 1024
 
 
-def create_transport(name: str, *, timeouts: Timeouts, limits: PoolLimits) -> Transport:
+def create_transport(
+    name: str, *, timeouts: Timeouts, limits: PoolLimits, tls: UpstreamTLS | None = None
+) -> Transport:
+    """``tls``: the contexts for ``https://`` upstreams (``gateway.proxy.upstream_tls``)."""
     try:
         target = TRANSPORTS[name]
     except KeyError:
@@ -124,5 +130,5 @@ def create_transport(name: str, *, timeouts: Timeouts, limits: PoolLimits) -> Tr
             "'apf-gateway[httpx]', or choose the h1 or aiohttp transport"
         ) from exc
     cls = getattr(module, attr)
-    transport: Transport = cls(timeouts=timeouts, limits=limits)
+    transport: Transport = cls(timeouts=timeouts, limits=limits, tls=tls)
     return transport

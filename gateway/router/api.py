@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,21 +14,30 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.platform.actions import ActionInfo, validate_put
+from gateway.platform.action_body import MALFORMED, parse_json
+from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import (
     ALREADY_EXISTS,
     INTERNAL_ERROR,
     NOT_FOUND,
     ApiError,
-    entity_too_big,
     error_body,
     method_not_allowed,
     not_implemented,
 )
 from gateway.platform.ids import is_activation_id, new_activation_id
-from gateway.router.app import ACTIVATION_HEADER, ROUTER, URL, Router, lifecycle
+from gateway.router.app import (
+    ACTIVATION_HEADER,
+    ROUTER,
+    STORE_UNAVAILABLE,
+    URL,
+    Router,
+    lifecycle,
+)
+from gateway.router.bodies import MAX_PLATFORM_BYTES, read_limited
 from gateway.router.invoker import ProxyTo, Throttled
-from gateway.store import Conflict
+from gateway.store import Conflict, StoreError
+from gateway.store.outage import RETRY_AFTER, StoreUnavailable
 
 log = logging.getLogger("gateway.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,8 +47,19 @@ DEFAULT_LIST = 30
 MAX_EPOCH_MS = 2**63 - 1  # what the stores' integer columns hold
 _TRUE = frozenset(("true", "yes", "on", "1"))
 _FALSE = frozenset(("false", "no", "off", "0"))
-MAX_PAYLOAD = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max
+_INT = re.compile(r"[+-]?[0-9]{1,11}")
 FAILED = "The router could not run the activation."
+SUMMARY_FIELDS = (
+    "namespace",
+    "name",
+    "version",
+    "publish",
+    "annotations",
+    "activationId",
+    "start",
+    "end",
+    "duration",
+)
 MARK_DELAY = 0.05  # a blocking activation is marked in flight once it has run this long
 
 
@@ -49,6 +70,10 @@ def _json(data: Any, status: int = 200, **headers: str) -> web.Response:
         content_type="application/json",
         headers=headers,
     )
+
+
+def _json_doc(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
 
 
 @web.middleware
@@ -62,6 +87,18 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             body=error_body(exc.message),
             content_type="application/json",
             headers=headers,
+        )
+    except StoreUnavailable:  # logged once per outage by the store guard, not per request
+        return web.Response(
+            status=503,
+            body=error_body(STORE_UNAVAILABLE),
+            content_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER)},
+        )
+    except StoreError as exc:  # a broken store (e.g. a table gone): one line, no traceback
+        log.error("%s %s failed: %s", request.method, request.path, exc)
+        return web.Response(
+            status=500, body=error_body(INTERNAL_ERROR), content_type="application/json"
         )
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -99,22 +136,29 @@ def _page(request: web.Request, collection: str) -> tuple[int, int]:
         if given is None:
             found[key] = default
             continue
-        try:
-            value = int(given)
-        except ValueError:
+        value = _java_int(given)
+        if value is None:  # OpenWhisk's ``toInt``: 32-bit, so 2**63 is "not an integer" too
             problem = f"The value '{given}' is not an integer for {collection}."
+        elif key == "limit" and not 0 <= value <= MAX_LIST:
+            problem = (
+                f"The value '{value}' is not in the range of 0 to {MAX_LIST} for {collection}."
+            )
+        elif value < 0:
+            problem = f"The value '{value}' is not greater than or equal to 0 for {collection}."
         else:
-            if key == "limit" and not 0 <= value <= MAX_LIST:
-                problem = (
-                    f"The value '{value}' is not in the range of 0 to {MAX_LIST} for {collection}."
-                )
-            elif value < 0:
-                problem = f"The value '{value}' is not greater than or equal to 0 for {collection}."
-            else:
-                found[key] = value
-                continue
+            found[key] = value
+            continue
         raise ApiError(400, f"The query parameter '{key}' was malformed:\n{problem}")
     return found["limit"] or MAX_LIST, found["skip"]
+
+
+def _java_int(text: str) -> int | None:
+    """``text`` as Java's ``Integer.parseInt`` reads it (ASCII digits, a sign, 32 bits), or
+    None: OpenWhisk answers a value outside that range as "not an integer"."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
 
 
 def _flag(request: web.Request, name: str, default: bool) -> bool:
@@ -130,39 +174,31 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
     )
 
 
-async def _body(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ApiError(400, f"The request content was malformed:\n{exc}") from None
-
-
 # ---- actions -----------------------------------------------------------------------------
 async def put_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     name = request.match_info["name"]
-    doc = validate_put(ns, name, await _body(request))
+    raw = await read_limited(request, router.settings.max_action_bytes)
+    doc = await router.parser.action(ns, name, raw, router.settings.allowed_pod_template_fields)
     overwrite = request.query.get("overwrite", "false").lower() == "true"
     try:
         stored = await router.store.put_action(ns, name, doc, overwrite=overwrite)
     except Conflict:
         raise ApiError(409, ALREADY_EXISTS) from None
     router.forget(ns, name)
-    return _json(stored)
+    return _json_doc(await router.parser.dumps(stored))
 
 
 async def get_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     with_code = _flag(request, "code", True)
-    doc = await router.store.get_action(ns, request.match_info["name"])
-    if doc is None:
+    text = await router.store.get_action_json(ns, request.match_info["name"])
+    if text is None:
         raise ApiError(404, NOT_FOUND)
+    doc = await router.parser.loads(text)
     if not with_code:  # OpenWhisk's ?code=false: the exec's metadata only
         doc["exec"] = {k: v for k, v in (doc.get("exec") or {}).items() if k != "code"}
-    return _json(doc)
+    return _json_doc(await router.parser.dumps(doc))
 
 
 async def delete_action(request: web.Request) -> web.Response:
@@ -190,16 +226,8 @@ async def list_actions(request: web.Request) -> web.Response:
 async def invoke(request: web.Request) -> web.Response:
     router, identity, ns = _context(request)
     action = await router.action(ns, request.match_info["name"])
-    declared = request.content_length or 0
-    if declared > MAX_PAYLOAD:  # refused before reading it, as OpenWhisk does
-        raise ApiError(413, entity_too_big("Request", declared, MAX_PAYLOAD))
-    raw = await request.read()
-    if len(raw) > MAX_PAYLOAD:
-        raise ApiError(413, entity_too_big("Request", len(raw), MAX_PAYLOAD))
-    try:
-        params = json.loads(raw) if raw else {}
-    except ValueError as exc:
-        raise ApiError(400, f"The request content was malformed:\n{exc}") from None
+    raw = await read_limited(request, router.settings.max_payload_bytes)
+    params = parse_json(raw)  # within 1 MiB: a few ms at worst, on the event loop
     if not isinstance(params, dict):
         raise ApiError(400, "The request content was malformed: expected a JSON object.")
     blocking = request.query.get("blocking", "false").lower() == "true"
@@ -292,7 +320,12 @@ async def _activation(request: web.Request) -> dict[str, Any]:
     aid = request.match_info["id"]
     if not is_activation_id(aid):
         raise ApiError(400, "The activation id is not valid.")
-    record = await router.store.get_activation(ns, aid)
+    try:
+        record = await router.store.get_activation(ns, aid)
+    except StoreUnavailable:  # still waiting here to be written, or 503
+        record = await router.writer.get_pending(ns, aid)
+        if record is None:
+            raise
     if record is None:
         record = await router.writer.get_pending(ns, aid)
     if record is None:
@@ -316,6 +349,9 @@ async def list_activations(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     limit, skip = _page(request, "activations")
     count = _flag(request, "count", False)
+    docs = _flag(request, "docs", False)
+    if count and docs:
+        raise ApiError(400, "The parameter 'docs' is not permitted with 'count'.")
     bounds: dict[str, int | None] = {}
     for key in ("since", "upto"):
         value = request.query.get(key)
@@ -327,8 +363,18 @@ async def list_activations(request: web.Request) -> web.Response:
     if count:
         counted = await router.store.count_activations(ns, skip=skip, name=name, **bounds)
         return _json({"activations": counted})
-    records = await router.store.list_activations(ns, limit=limit, skip=skip, name=name, **bounds)
-    return _json(records)
+    records = await router.store.list_activations(
+        ns, limit=limit, skip=skip, name=name, docs=docs, **bounds
+    )
+    return _json(records if docs else [_summary(r) for r in records])
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """An activation as OpenWhisk lists it without ``docs=true`` (its activations view's
+    ``summarize``): no result, no logs, the status code at the top."""
+    out = {k: record[k] for k in SUMMARY_FIELDS if k in record}
+    out["statusCode"] = (record.get("response") or {}).get("statusCode")
+    return out
 
 
 # ---- namespaces and what is not built ----------------------------------------------------
@@ -351,8 +397,10 @@ def _missing(what: str, *, authenticated: bool = True) -> Handler:
 # ---- platform ----------------------------------------------------------------------------
 async def give_back(request: web.Request) -> web.Response:
     router = request.app[ROUTER]
-    router.check_peer(request, "Only the manager may ask for containers back.")
-    data = await _body(request)
+    router.check_peer(request)  # the manager
+    data = parse_json(await read_limited(request, MAX_PLATFORM_BYTES))
+    if not isinstance(data, dict):
+        raise ApiError(400, MALFORMED.format("expected a JSON object"))
     wait = data.get("wait_seconds")
     result = await router.invoker.release_on_request(
         request.match_info["id"],
@@ -365,7 +413,7 @@ async def give_back(request: web.Request) -> web.Response:
 async def state(request: web.Request) -> web.Response:
     """Which containers this router holds (tests, debugging; trusted peers only)."""
     router = request.app[ROUTER]
-    router.check_peer(request, "Only trusted peers may read the router's state.")
+    router.check_peer(request)  # the manager, peer routers, tests
     pool = router.invoker.pool
     return _json(
         {
@@ -398,7 +446,8 @@ async def _draining(app: web.Application) -> None:
 
 
 def build_app(router: Router, url: str) -> web.Application:
-    app = web.Application(middlewares=[errors], client_max_size=64 * 1024 * 1024)
+    # handlers read bodies through ``read_limited``; this bounds any other read
+    app = web.Application(middlewares=[errors], client_max_size=MAX_PLATFORM_BYTES)
     app[ROUTER] = router
     app[URL] = url
     base = "/api/v1/namespaces/{namespace}"

@@ -15,7 +15,6 @@ import aiohttp
 from aiohttp import web
 
 from gateway.clock import AsyncioEventClock
-from gateway.networks import in_networks, parse_cidrs
 from gateway.platform.actions import ActionInfo
 from gateway.platform.errors import NOT_FOUND, UNAUTHENTICATED, ApiError
 from gateway.platform.internal_token import UNAUTHORIZED, bearer, matches
@@ -27,16 +26,20 @@ from gateway.router.activation import (
     compose,
     error_outcome,
 )
-from gateway.router.identity import DEFAULT_TRUSTED, Identity
+from gateway.router.bodies import MAX_ACTION_BYTES, MAX_PAYLOAD_BYTES, Parser
+from gateway.router.execution import MAX_RESULT_BYTES
+from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
 from gateway.store import ActivationWriter, Store, StoreError, open_store
+from gateway.store.outage import RETRY_AFTER, GuardedStore, StoreUnavailable
 
 log = logging.getLogger("gateway.router")
 
 PROXIED_HEADER = "X-Apf-Proxied-By"
+STORE_UNAVAILABLE = "The platform's store is unreachable; try again later."
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
 
 
@@ -45,31 +48,40 @@ class RouterSettings:
     router_id: str
     manager_url: str
     store_url: str
-    trusted: tuple[str, ...] = DEFAULT_TRUSTED
     buffer_seconds: float = 10.0
     pause_grace: float = 10.0
     idle_timeout: float = 600.0
     action_cache_seconds: float = 1.0
     max_blocking_wait: float = 60.0
+    store_timeout: float = 5.0  # a store call taking longer counts as an outage
+    activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES  # an invoke's body
+    max_action_bytes: int = MAX_ACTION_BYTES  # an action PUT's body
+    max_result_bytes: int = MAX_RESULT_BYTES  # an action's result (its /run answer)
     pool: PoolSettings = field(default_factory=PoolSettings)
-    # required (with a trusted address) from the manager and peer routers; sent to them
+    # pod template fields tenants may set (gateway.platform.podtemplate); empty: none of them
+    allowed_pod_template_fields: frozenset[str] = frozenset()
+    # required of the front door, the manager and peer routers; sent to them
     internal_token: str = field(default="", repr=False)
 
 
 class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
-        self.trusted = parse_cidrs(settings.trusted)
         self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
         self.url = ""
         self.draining = False
         self.metrics = RouterMetrics(self._held)
+        self.parser = Parser()  # large action bodies, off the event loop
         # this process: marks and the manager's lease tell it from a predecessor under the id
         self.incarnation = uuid.uuid4().hex[:16]
 
     async def start(self, url: str) -> None:
         self.url = url
-        self.store = open_store(self.settings.store_url)
+        self.guarded = GuardedStore(
+            open_store(self.settings.store_url), timeout=self.settings.store_timeout
+        )
+        self.store = cast("Store", self.guarded)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
         log.info(
@@ -80,7 +92,11 @@ class Router:
             self.settings.store_url.split("@")[-1],  # no password in the log
         )
         self.writer = ActivationWriter(
-            cast("Store", counted), owner=self.settings.router_id, incarnation=self.incarnation
+            cast("Store", counted),
+            owner=self.settings.router_id,
+            incarnation=self.incarnation,
+            max_pending=self.settings.activation_buffer,
+            on_drop=self.metrics.activations_dropped.inc,
         )
         await self.writer.start()
         await self._recover()
@@ -98,6 +114,7 @@ class Router:
             buffer_seconds=self.settings.buffer_seconds,
             incarnation=self.incarnation,
             pool=PoolSettings(self.settings.pause_grace, self.settings.idle_timeout),
+            max_result_bytes=self.settings.max_result_bytes,
         )
         manager = ManagerClient(self.settings.manager_url, self.manager_http)
         self.invoker = Invoker(settings, AsyncioEventClock(), manager, self.http)
@@ -153,47 +170,67 @@ class Router:
         with contextlib.suppress(asyncio.CancelledError):
             await self._lease
         await self.invoker.close()
-        await self.writer.close()
+        self.parser.close()
+        records = "activation records written"
+        try:
+            await self.writer.close()
+        except StoreError as exc:
+            records = f"{self.writer.pending} activation records not written ({exc})"
+            log.error("stopping with %s", records)
         await self.store.close()
         await self.http.close()
         await self.manager_http.close()
-        log.info("stopped: activation records written, containers given back")
+        log.info("stopped: %s, containers given back", records)
 
     # ---- requests ------------------------------------------------------------------------
     def identify(self, request: web.Request) -> Identity:
-        if in_networks(request.remote, self.trusted):
+        """The caller the front door (or a peer) authenticated: ``X-Remote-*`` are read only
+        on a request carrying the internal token, never because of where it comes from."""
+        if self.authenticated(request):
             user = request.headers.get("X-Remote-User")
             namespace = request.headers.get("X-Remote-Extra-Namespace")
             if user and namespace:
                 return Identity(user, namespace)
         raise ApiError(401, UNAUTHENTICATED)
 
+    def authenticated(self, request: web.Request) -> bool:
+        """The internal token (constant-time compare); a router without one believes nobody."""
+        token = self.settings.internal_token
+        return bool(token) and matches(request.headers.get("Authorization"), token)
+
     def is_trusted_peer(self, request: web.Request) -> bool:
-        """The manager or a peer router: a trusted address and the internal token."""
+        """The manager or a peer router: the internal token."""
         try:
-            self.check_peer(request, "")
+            self.check_peer(request)
         except ApiError:
             return False
         return True
 
-    def check_peer(self, request: web.Request, refusal: str) -> None:
-        """401 without the internal token, 403 from an untrusted address."""
-        token = self.settings.internal_token
-        if token and not matches(request.headers.get("Authorization"), token):
+    def check_peer(self, request: web.Request) -> None:
+        """401 without the internal token."""
+        if not self.authenticated(request):
             raise ApiError(401, UNAUTHORIZED)
-        if not in_networks(request.remote, self.trusted):
-            raise ApiError(403, refusal)
 
     def is_proxied(self, request: web.Request) -> bool:
         return PROXIED_HEADER in request.headers and self.is_trusted_peer(request)
 
     async def action(self, namespace: str, name: str) -> ActionInfo:
+        """The action, re-read from the store once its cache entry is older than
+        ``action_cache_seconds``; while the store is unreachable, the last one read (the
+        store being down must not stop warm invocations), else 503."""
         key = (namespace, name)
         cached = self._cache.get(key)
         now = time.monotonic()
         if cached is not None and cached[1] > now:
             return cached[0]
-        doc = await self.store.get_action(namespace, name)
+        try:
+            text = await self.store.get_action_json(namespace, name)
+            doc = None if text is None else await self.parser.loads(text)
+        except StoreUnavailable:
+            if cached is None:
+                raise ApiError(503, STORE_UNAVAILABLE, retry_after=RETRY_AFTER) from None
+            self._cache[key] = (cached[0], now + self.settings.action_cache_seconds)
+            return cached[0]
         if doc is None:
             self._cache.pop(key, None)
             raise ApiError(404, NOT_FOUND)

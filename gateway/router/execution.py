@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -43,6 +44,30 @@ FOREIGN_CODE = (
 )
 
 
+MAX_RESULT_BYTES = 1024 * 1024  # OpenWhisk's whisk.activation.payload.max (and truncation)
+READ_CHUNK = 64 * 1024
+
+
+@dataclass(slots=True)
+class Answer:
+    """A container's answer to ``/init`` or ``/run``, read up to the result cap: ``data`` is
+    the parsed JSON (None if not JSON); ``length`` is set when the answer was larger than the
+    cap (its ``Content-Length``, or what had arrived when reading stopped) and ``data`` is
+    then the first ``cap`` bytes as text."""
+
+    status: int
+    data: Any
+    length: int | None = None
+
+
+def truncated(answer: Answer, cap: int) -> str:
+    """OpenWhisk's message for an answer larger than the cap (``Messages.truncatedResponse``)."""
+    return (
+        f"The action produced a response that exceeded the allowed length: {answer.length} > "
+        f"{cap} bytes. The truncated response was: {answer.data}"
+    )
+
+
 def _ms() -> int:
     return int(time.time() * 1000)
 
@@ -56,8 +81,10 @@ class Executor:
         pool: RouterPool,
         logs: dict[str, ContainerLogs | NoLogs],
         lost: Callable[[WarmContainer, str], None],
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
         self.http = http
+        self.cap = max_result_bytes
         self.pool = pool
         self.logs = logs
         self._lost = lost
@@ -90,7 +117,7 @@ class Executor:
         }
         try:
             async with asyncio.timeout(limit):
-                status, data = await self._post(c, "/run", body)
+                answer = await self._post(c, "/run", body)
         except TimeoutError:
             return error_outcome(
                 Status.DEVELOPER_ERROR,
@@ -105,6 +132,9 @@ class Executor:
                 **self._times(outcome, c, await self._lose(c, action, logs, "failed")),
             )
         kw = self._times(outcome, c, await self._logs(c, action, logs))
+        status, data = answer.status, answer.data
+        if answer.length is not None:  # OpenWhisk: an application error; the container stays
+            return error_outcome(Status.APPLICATION_ERROR, truncated(answer, self.cap), **kw)
         if status in (401, 503):  # refused our secret, or stopping: not the action's fault
             self._lost(c, "failed")
             return error_outcome(
@@ -153,14 +183,17 @@ class Executor:
         failure: Outcome | None = None
         try:
             async with asyncio.timeout(limit):
-                status, data = await self._post(c, "/init", body)
+                answer = await self._post(c, "/init", body)
+            status, data = answer.status, answer.data
             again = (
                 status == 403
                 and isinstance(data, dict)
                 and data.get("error") == ALREADY_INITIALIZED
             )
             ok = status == 200 or (again and data.get("digest") == init_digest(body["value"]))
-            if again and not ok:
+            if answer.length is not None:  # OpenWhisk: a developer error at init
+                failure = error_outcome(Status.DEVELOPER_ERROR, truncated(answer, self.cap))
+            elif again and not ok:
                 failure = error_outcome(Status.WHISK_ERROR, FOREIGN_CODE)
             elif status == 401:
                 failure = error_outcome(Status.WHISK_ERROR, REFUSED)
@@ -184,16 +217,30 @@ class Executor:
             )
         return failure
 
-    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async def _post(self, c: WarmContainer, path: str, body: dict[str, Any]) -> Answer:
+        """POST to the container and read its answer up to the cap: what is beyond is never
+        read (the connection is closed instead), so a result's size costs the router at most
+        the cap, whatever the action returns."""
         headers = {"Content-Type": "application/json"}
         if c.secret:
             headers["Authorization"] = "Bearer " + c.secret
+        cap = self.cap
         async with self.http.post(c.url + path, data=json.dumps(body), headers=headers) as resp:
-            raw = await resp.read()
+            raw = bytearray()
+            declared = resp.content_length
+            while len(raw) <= cap:
+                chunk = await resp.content.read(min(READ_CHUNK, cap + 1 - len(raw)))
+                if not chunk:
+                    break
+                raw += chunk
+            if len(raw) > cap or (declared is not None and declared > cap):
+                resp.close()  # the rest stays unread: this connection is not reused
+                length = declared if declared is not None and declared > cap else len(raw)
+                return Answer(resp.status, raw[:cap].decode(errors="replace"), length)
         try:
-            return resp.status, json.loads(raw) if raw else None
+            return Answer(resp.status, json.loads(raw) if raw else None)
         except ValueError:
-            return resp.status, None
+            return Answer(resp.status, None)
 
     async def _lose(
         self, c: WarmContainer, action: ActionInfo, before: list[str], reason: str

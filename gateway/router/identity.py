@@ -1,8 +1,10 @@
-"""Who is calling: the front door's identity headers, believed only from trusted networks.
+"""Who is calling: the front door's identity headers, believed only with the internal token.
 
 The front door authenticates OpenWhisk API keys and forwards ``X-Remote-User`` and
-``X-Remote-Extra-Namespace``; the router believes those headers only from its trusted
-networks (default loopback), like Kubernetes' front-proxy headers.
+``X-Remote-Extra-Namespace`` with the platform's internal token (``Authorization: Bearer``);
+the router reads those headers only on a request carrying that token (``Router.identify``),
+as kube-apiserver reads front-proxy headers only from a verified client certificate. A
+source address proves nothing: tenant pods share the network with the front door.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.platform.errors import not_authorized
-
-DEFAULT_TRUSTED = ("127.0.0.1/32", "::1/128")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from gateway.clock import EventClock
 from gateway.manager.model import ActionSpec
 from gateway.platform.actions import ActionInfo
 from gateway.router.activation import Outcome
-from gateway.router.execution import Executor
+from gateway.router.execution import MAX_RESULT_BYTES, Executor
 from gateway.router.logs import ContainerLogs, NoLogs
 from gateway.router.manager_client import ManagerClient, ManagerUnavailable, UnknownToManager
 from gateway.router.pool import PoolSettings, RouterPool, Slot, WarmContainer
@@ -54,6 +54,7 @@ class InvokerSettings:
     buffer_seconds: float = 10.0  # how long a request waits for a slot before 429
     incarnation: str = ""  # this process among those that ran under router_id
     proxy_cache_seconds: float = 2.0
+    max_result_bytes: int = MAX_RESULT_BYTES  # a container's answer to /init or /run
     pool: PoolSettings = field(default_factory=PoolSettings)
 
 
@@ -71,7 +72,7 @@ class Invoker:
         self.url = ""  # this router's URL, set before start()
         self.pool = RouterPool(clock, settings.pool, self)
         self.logs: dict[str, ContainerLogs | NoLogs] = {}
-        self.executor = Executor(http, self.pool, self.logs, self._lost)
+        self.executor = Executor(http, self.pool, self.logs, self._lost, settings.max_result_bytes)
         self._pending: dict[str, int] = {}
         # waiting requests per key, with whether each came proxied from a peer router
         self._futures: dict[str, dict[asyncio.Future[Slot], bool]] = {}

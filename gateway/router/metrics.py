@@ -14,6 +14,11 @@ test process do not collide. Names (``docs/platform.md``, "Metrics"):
   ``busy`` (a run or init in flight), ``paused`` or ``warm`` (idle, running).
 - ``apf_router_activation_write_failures_total``: failed batch writes of activation records
   (the writer keeps the records and retries).
+
+Series exist from zero where their labels are known in advance (``rate()`` and ``increase()``
+see no step into a series that appears with its first event): ``kind`` for the supported
+kinds, ``start``; an action's ``status`` and ``state`` series all appear with its first
+activation here, so its later outcomes step from 0.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.platform.actions import ActionInfo
+from gateway.platform.actions import SUPPORTED_KIND_PREFIXES, ActionInfo
 from gateway.router.activation import Outcome, Status
 from gateway.router.pool import WarmContainer
 
@@ -38,6 +43,7 @@ STATUS = {
 }
 INIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+STATES = ("busy", "paused", "warm")
 
 
 class _Containers(Collector):
@@ -51,18 +57,25 @@ class _Containers(Collector):
             labels=["namespace", "action", "state"],
         )
         counts: Tally[tuple[str, str, str]] = Tally()
+        actions: set[tuple[str, str]] = set()
         for c in self._containers():
             path = c.key.rpartition("@")[0]
             namespace, _, name = path.partition("/")
             state = "busy" if c.in_flight else ("paused" if c.paused else "warm")
             counts[(namespace, name, state)] += 1
-        for labels, n in sorted(counts.items()):
-            family.add_metric(list(labels), n)
+            actions.add((namespace, name))
+        for namespace, name in sorted(actions):  # every state of an action held, 0 included
+            for state in STATES:
+                family.add_metric([namespace, name, state], counts[(namespace, name, state)])
         yield family
 
 
 class RouterMetrics:
-    def __init__(self, containers: Callable[[], Iterable[WarmContainer]] = tuple) -> None:
+    def __init__(
+        self,
+        containers: Callable[[], Iterable[WarmContainer]] = tuple,
+        kinds: Iterable[str] = SUPPORTED_KIND_PREFIXES,
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.invocations = Counter(
@@ -96,9 +109,32 @@ class RouterMetrics:
             "Failed batch writes of activation records (kept and retried).",
             registry=r,
         )
+        self.activations_dropped = Counter(
+            "apf_router_activations_dropped",
+            "Activation records dropped because the store was down longer than the buffer "
+            "(--activation-buffer) holds.",
+            registry=r,
+        )
         r.register(_Containers(containers))
+        self._seen: set[tuple[str, str]] = set()
+        for kind in kinds:
+            self.init_seconds.labels(kind)
+        for start in ("cold", "warm"):
+            self.wait_seconds.labels(start)
+
+    def _first_sight(self, action: ActionInfo) -> None:
+        """Every series of an action at 0 when it first runs (or is refused) here."""
+        key = (action.namespace, action.name)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        for status in (*STATUS.values(), "throttled"):
+            self.invocations.labels(action.namespace, action.name, status)
+        self.cold_starts.labels(action.namespace, action.name)
+        self.init_seconds.labels(action.kind)
 
     def observe(self, action: ActionInfo, outcome: Outcome) -> None:
+        self._first_sight(action)
         self.invocations.labels(action.namespace, action.name, STATUS[outcome.status]).inc()
         cold = outcome.init_ms is not None
         if cold:
@@ -107,6 +143,7 @@ class RouterMetrics:
         self.wait_seconds.labels("cold" if cold else "warm").observe(outcome.wait_ms / 1000)
 
     def throttled(self, action: ActionInfo) -> None:
+        self._first_sight(action)
         self.invocations.labels(action.namespace, action.name, "throttled").inc()
 
 

@@ -4,6 +4,8 @@ The local backend starts every container through this launcher. It reads its con
 (JSON, including the container's secret) from the inherited pipe ``FD``, binds the runtime's
 listening socket while still in the host's network namespace, and then, in this order:
 
+0. Joins the container's cgroups (``cgroups``: the ``cgroup.procs`` files the backend made),
+   so every process it and the action start counts against the container's limits.
 1. ``unshare`` new mount, PID and IPC namespaces (and a network namespace when ``network`` is
    ``none``: the socket bound before keeps serving the router on the host's loopback, the
    action has no network but a loopback of its own) and forks: the child is PID 1 of the new
@@ -173,6 +175,9 @@ def confine(config: dict[str, Any]) -> socket.socket:
     import gateway.runtime.context  # noqa: PLC0415 - before /tmp is covered
     import gateway.runtime.http  # noqa: F401, PLC0415 - before /tmp is covered
 
+    for procs in config.get("cgroups") or []:  # before anything forks: children inherit it
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
     sock = socket.create_server((config.get("host") or "127.0.0.1", 0), backlog=128)
     if config.get("namespaces"):
         _enter_namespaces(config, sock)

@@ -6,8 +6,11 @@ from __future__ import annotations
 from gateway.settings.model import ClientSettings, GatewaySettings
 
 # Why the gateway closed a client connection (idle keep-alive closes are not counted).
+# On HTTP/2, body_timeout and send_timeout may reset one stream rather than close; the http2_
+# reasons are GOAWAYs for bad framing or a passed limit, rapid reset, and a PING/SETTINGS flood.
 CLOSE_REASONS = (
     "header_timeout", "body_timeout", "send_timeout", "head_too_large", "over_capacity",
+    "http2_protocol_error", "http2_rapid_reset", "http2_control_flood",
 )  # fmt: skip
 
 
@@ -15,9 +18,12 @@ class ClientLimits:
     """What new connections take (each keeps the values it started with); a reload swaps
     ``settings``. ``closed`` counts the connections the limits closed, by reason."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, *, peer_certificates: bool = False) -> None:
         self.settings = settings
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)
+        # TLS connections put the client's certificate in each request's scope (set at start:
+        # the listener asks for certificates only when a client CA bundle is configured).
+        self.peer_certificates = peer_certificates
 
 
 # Descriptors beside client and upstream connections: listening socket, logs, config files.

@@ -35,6 +35,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
+from gateway.http.peer import PeerCertificates, WithPeerCertificates
 from gateway.serving.limits import ClientLimits
 from gateway.serving.responses import closing_response
 from gateway.settings.model import ClientSettings
@@ -119,7 +120,7 @@ class _State:
 
     __slots__ = (
         "head_bytes", "head_cycle", "head_start", "mark", "max_head", "now", "period",
-        "settings", "stuck", "timer",
+        "settings", "sniff", "stuck", "timer",
     )  # fmt: skip
 
     def __init__(self, settings: ClientSettings, now: Callable[[], float]) -> None:
@@ -135,6 +136,7 @@ class _State:
         self.head_bytes = 0
         self.timer: asyncio.TimerHandle | None = None
         self.stuck = False  # closing with unsent bytes at the last look
+        self.sniff: bytes | None = None  # the first bytes, while telling h2c from HTTP/1.1
 
 
 class ClientGuard(_Base):
@@ -149,6 +151,8 @@ class ClientGuard(_Base):
     flow: Any  # a BodyFlow (set in connection_made)
     timeout_keep_alive: Any
     timeout_keep_alive_task: asyncio.TimerHandle | None
+    scheme: Any
+    app: Any
 
     _guard: _State | None = None
 
@@ -165,6 +169,14 @@ class ClientGuard(_Base):
         g = self._guard = _State(s, self.loop.time)
         self.flow = BodyFlow(transport, g.now)
         g.timer = self.loop.call_at(g.mark + g.period, self._on_timer)
+        if self.scheme == "https" and self.limits.peer_certificates:
+            self._take_peer_certificate(transport)
+
+    def _take_peer_certificate(self, transport: asyncio.Transport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:
+            self.app = WithPeerCertificates(self.app, PeerCertificates((der,)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         g = self._guard
@@ -324,8 +336,12 @@ _PROTOCOLS: dict[str, type[ClientGuard]] = {
 }
 
 
-def protocol_class(implementation: str, limits: ClientLimits) -> type[asyncio.Protocol]:
-    """The protocol class for one server: ``implementation`` guarded by ``limits``."""
+def protocol_class(
+    implementation: str, limits: ClientLimits, *, http2: type | None = None
+) -> type[asyncio.Protocol]:
+    """The protocol class for one server: ``implementation`` guarded by ``limits``; with
+    ``http2`` (a mixin, ``gateway.serving.h2_select``) before it, connections may switch."""
     base = _PROTOCOLS[implementation]
-    cls: type[asyncio.Protocol] = type(base.__name__, (base,), {"limits": limits})
+    bases = (base,) if http2 is None else (http2, base)
+    cls: type[asyncio.Protocol] = type(base.__name__, bases, {"limits": limits})
     return cls

@@ -13,13 +13,21 @@ import typing
 from typing import Any
 
 from gateway.networks import parse_cidrs
-from gateway.settings.model import API_VERSION, KIND, GatewaySettings
+from gateway.settings.model import (
+    API_VERSION,
+    KIND,
+    GatewaySettings,
+    UpstreamSettings,
+    UpstreamTLSSettings,
+)
 
 Document = tuple[str, int, dict[str, Any]]  # (source file, index from 1, content)
 COMMAND_LINE = "command line"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_QUEUED_BODY_BYTES = 1 << 30
+MAX_LIST_LEARNING_BYTES = 64 << 20
 
 
 class SettingsError(ValueError):
@@ -32,6 +40,19 @@ class CredentialFileError(ValueError):
     """A credential file the settings name (``authentication.tokenAuthFile``,
     ``openwhiskKeysFile``) could not be read; the message names the file and the line. Raised
     where the files are read (``asgi.credentials``); a reload refuses it as ``credentials``."""
+
+
+def read_credential_file(path: str, what: str, limit: int) -> bytes:
+    """A certificate, key or CA file's bytes (at most ``limit``: a bound on what a reload
+    reads), or ``CredentialFileError`` naming the setting and the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise CredentialFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise CredentialFileError(f"{what} {path}: larger than {limit} bytes")
+    return data
 
 
 def is_gateway_document(doc: dict[str, Any]) -> bool:
@@ -162,6 +183,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"upstreams[{i}].url: must start with http:// or https://, got {u.url!r}")
         if not u.prefix.startswith("/"):
             errors.append(f"upstreams[{i}].prefix: must start with '/', got {u.prefix!r}")
+        _validate_upstream_tls(f"upstreams[{i}]", u, errors)
     for i, t in enumerate(s.route_templates):
         if not t.path.startswith("/"):
             errors.append(f"routeTemplates[{i}].path: must start with '/', got {t.path!r}")
@@ -182,7 +204,15 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
     for name in ("connect_timeout", "read_timeout", "pool_timeout", "keepalive_expiry"):
         if getattr(p, name) < 0:
             errors.append(f"proxy.{_camel(name)}: must not be negative")
+    ws = p.websocket
+    if not 125 <= ws.max_message_bytes <= 64 * 1024 * 1024:
+        errors.append("proxy.websocket.maxMessageBytes: must be between 125 and 67108864")
+    if ws.idle_timeout <= 0:
+        errors.append("proxy.websocket.idleTimeout: must be positive")
+    if ws.ping_interval < 0:
+        errors.append("proxy.websocket.pingInterval: must not be negative")
     _validate_client(s, errors)
+    _validate_tls(s, errors)
     _validate_access_log(s, errors)
     try:
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
@@ -245,6 +275,10 @@ def _validate_work_estimation(s: GatewaySettings, errors: list[str]) -> None:
             errors.append(f"workEstimation.{_camel(name)}: must be at least 1")
     if w.list_learning_interval < 0:
         errors.append("workEstimation.listLearningInterval: must not be negative")
+    if not 0 <= w.list_learning_max_bytes <= MAX_LIST_LEARNING_BYTES:
+        errors.append(
+            f"workEstimation.listLearningMaxBytes: must be between 0 and {MAX_LIST_LEARNING_BYTES}"
+        )
     a = w.adaptive
     if a.seat_time <= 0:
         errors.append("workEstimation.adaptive.seatTime: must be positive")
@@ -279,6 +313,47 @@ def _validate_client(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("client.maxHeaderBytes: must be between 1024 and 16777216")
     if c.max_connections < 1:
         errors.append("client.maxConnections: must be at least 1")
+    h = c.http2
+    if not 1 <= h.max_streams_per_connection <= 2**31 - 1:
+        errors.append("client.http2.maxStreamsPerConnection: must be between 1 and 2147483647")
+    if not 0 <= h.header_table_size <= 1 << 20:
+        errors.append("client.http2.headerTableSize: must be between 0 and 1048576")
+    if not 1024 <= h.initial_window_size <= 2**31 - 1:
+        errors.append("client.http2.initialWindowSize: must be between 1024 and 2147483647")
+    if h.max_reset_streams < 1:
+        errors.append("client.http2.maxResetStreams: must be at least 1")
+    if h.reset_window <= 0:
+        errors.append("client.http2.resetWindow: must be positive")
+    if h.max_control_frames < 1:
+        errors.append("client.http2.maxControlFrames: must be at least 1")
+    if not 0 <= c.max_queued_body_bytes <= MAX_QUEUED_BODY_BYTES:
+        errors.append(f"client.maxQueuedBodyBytes: must be between 0 and {MAX_QUEUED_BODY_BYTES}")
+
+
+def _validate_upstream_tls(path: str, u: UpstreamSettings, errors: list[str]) -> None:
+    t = u.tls
+    if t != UpstreamTLSSettings() and not u.url.startswith("https://"):
+        errors.append(f"{path}.tls: only for https:// upstreams, got {u.url!r}")
+    if bool(t.cert_file) != bool(t.key_file):
+        errors.append(f"{path}.tls: certFile and keyFile go together")
+
+
+def _validate_tls(s: GatewaySettings, errors: list[str]) -> None:
+    t = s.tls
+    if bool(t.cert_file) != bool(t.private_key_file):
+        errors.append("tls: certFile and privateKeyFile go together")
+    if t.sni_cert_keys and not t.cert_file:
+        errors.append("tls.sniCertKeys: needs tls.certFile (the default certificate)")
+    auth = s.authentication
+    for path, ca in (
+        ("authentication.clientCAFile", auth.client_ca_file),
+        ("authentication.requestHeader.clientCAFile", auth.request_header.client_ca_file),
+    ):
+        if ca and not t.cert_file:
+            errors.append(f"{path}: client certificates need the TLS listener (tls.certFile)")
+    rh = auth.request_header
+    if rh.allowed_names and not rh.client_ca_file:
+        errors.append("authentication.requestHeader.allowedNames: needs clientCAFile")
 
 
 # RFC 9110 section 5.6.2: a field name is a token.

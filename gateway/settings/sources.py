@@ -92,7 +92,8 @@ def load_config(
 
 
 def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> list[Path]:
-    """The files whose change triggers a reload: config files and credential files."""
+    """The files whose change triggers a reload: config files, credential files, the TLS
+    listener's certificates and keys, and the client CA bundles."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -100,7 +101,11 @@ def watched_files(paths: Sequence[str | Path], settings: GatewaySettings) -> lis
         else:
             out.append(p)
     auth = settings.authentication
-    for f in (auth.token_auth_file, auth.openwhisk_keys_file):
-        if f:
-            out.append(Path(f))
+    tls = settings.tls
+    files = [auth.token_auth_file, auth.authentication_config, auth.webhook.config_file,
+             auth.openwhisk_keys_file, auth.client_ca_file,
+             auth.request_header.client_ca_file, tls.cert_file, tls.private_key_file]  # fmt: skip
+    for pair in tls.sni_cert_keys:
+        files += [pair.cert_file, pair.key_file]
+    out.extend(Path(f) for f in files if f)
     return out

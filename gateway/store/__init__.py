@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from gateway.store.base import Conflict, Store, StoreError
+from gateway.store.base import Conflict, Store, StoreError, StoreUnreachable
 from gateway.store.writer import ActivationWriter
 
-__all__ = ["ActivationWriter", "Conflict", "Store", "StoreError", "open_store"]
+__all__ = ["ActivationWriter", "Conflict", "Store", "StoreError", "StoreUnreachable", "open_store"]
 
 
 def open_store(url: str) -> Store:

@@ -2,7 +2,8 @@
 
 Exceptions::
 
-    StoreError          anything a store cannot do (connection lost, bad URL, corrupt row)
+    StoreError          anything a store cannot do (bad URL, corrupt row, missing table)
+    ├── StoreUnreachable  it did not answer (connection refused or lost, not open, locked)
     └── Conflict        put_action(overwrite=False) on an action that exists
 
 Documents are plain JSON-able dicts shaped like OpenWhisk's REST API (``platform-reference.md``
@@ -18,6 +19,12 @@ from typing import Any, Protocol
 
 class StoreError(Exception):
     """Base of every store failure."""
+
+
+class StoreUnreachable(StoreError):
+    """The store could not be reached: connection refused or lost, not open, shutting down,
+    out of connections, locked past the busy timeout. An outage (the router serves what it
+    knows and answers 503), not a broken store (500)."""
 
 
 class Conflict(StoreError):
@@ -41,10 +48,16 @@ class Store(Protocol):
 
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        """The stored document as its JSON text, unparsed: the router parses a large one (tens
+        of MB of code) in its worker process, not on its event loop."""
+        ...
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:
-        """Most recently updated first, as OpenWhisk lists them."""
+        """Most recently updated first, as OpenWhisk lists them; without ``exec.code``, which
+        the database drops (a page of 200 actions of 48 MiB code never reaches the router)."""
         ...
 
     async def count_actions(self, namespace: str, *, skip: int = 0) -> int:
@@ -90,8 +103,11 @@ class Store(Protocol):
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
-        """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms)."""
+        """Newest ``start`` first; ``since``/``upto`` bound ``start`` inclusively (epoch ms).
+        Without ``docs`` the records come without ``logs`` and ``response.result``, dropped
+        by the database (a listing never carries the large parts to the router)."""
         ...
 
     async def count_activations(

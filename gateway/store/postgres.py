@@ -16,6 +16,7 @@ from typing import Any
 from gateway.store.base import (
     Conflict,
     StoreError,
+    StoreUnreachable,
     activation_key,
     check_page,
     counted,
@@ -33,6 +34,25 @@ _ACTIVATION_FILTER = (
     "namespace = $1 AND ($2::text IS NULL OR name = $2) "
     "AND ($3::bigint IS NULL OR start >= $3) AND ($4::bigint IS NULL OR start <= $4)"
 )
+
+
+def _failure(exc: BaseException) -> StoreError:
+    """A driver error as the store's: ``StoreUnreachable`` for what an outage looks like."""
+    import asyncpg  # noqa: PLC0415 - optional asyncpg
+
+    unreachable = (
+        OSError,
+        TimeoutError,
+        asyncpg.PostgresConnectionError,  # class 08: connection failures
+        asyncpg.exceptions.OperatorInterventionError,  # 57: shutting down, cannot connect now
+        asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections
+    )
+    if isinstance(exc, unreachable) or (
+        isinstance(exc, asyncpg.InterfaceError)
+        and not isinstance(exc, asyncpg.exceptions.ClientConfigurationError)
+    ):
+        return StoreUnreachable(f"PostgreSQL: {exc}")
+    return StoreError(f"PostgreSQL: {exc}")
 
 
 def migrations(schema: str) -> list[tuple[int, list[str]]]:
@@ -90,7 +110,7 @@ class PostgresStore:
     @property
     def pool(self) -> Any:
         if self._pool is None:
-            raise StoreError("the PostgreSQL store is not open")
+            raise StoreUnreachable("the PostgreSQL store is not open")
         return self._pool
 
     async def open(self) -> None:
@@ -103,15 +123,17 @@ class PostgresStore:
                 "PostgreSQL needs asyncpg: pip install 'apf-gateway[postgres]'"
             ) from exc
         try:
+            # min_size 0: connections are made on demand; with a floor, asyncpg's pool
+            # reconnects in the background and logs a traceback per try during an outage
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.max_connections
+                self.dsn, min_size=0, max_size=self.max_connections
             )
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
                 await self._migrate(conn)
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.close()
-            raise StoreError(f"PostgreSQL: {exc}") from exc
+            raise _failure(exc) from exc
 
     async def _migrate(self, conn: Any) -> None:
         s = f'"{self.schema}"'
@@ -139,7 +161,7 @@ class PostgresStore:
         try:
             return list(await self.pool.fetch(sql, *args))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise StoreError(f"PostgreSQL: {exc}") from exc
+            raise _failure(exc) from exc
 
     # --- actions ------------------------------------------------------------------------
     async def put_action(
@@ -172,7 +194,7 @@ class PostgresStore:
                 )
                 return stored
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise StoreError(f"PostgreSQL: {exc}") from exc
+            raise _failure(exc) from exc
 
     async def get_action(self, namespace: str, name: str) -> dict[str, Any] | None:
         rows = await self._fetch(
@@ -180,12 +202,20 @@ class PostgresStore:
         )
         return load_doc(rows[0][0]) if rows else None
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        rows = await self._fetch(
+            f"SELECT doc::text FROM {self._actions} WHERE namespace = $1 AND name = $2",
+            namespace,
+            name,
+        )
+        return str(rows[0][0]) if rows else None
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         rows = await self._fetch(
-            f"SELECT doc FROM {self._actions} WHERE namespace = $1 "
+            f"SELECT doc #- '{{exec,code}}' FROM {self._actions} WHERE namespace = $1 "
             "ORDER BY updated DESC, name LIMIT $2 OFFSET $3",
             namespace,
             limit or None,
@@ -281,7 +311,7 @@ class PostgresStore:
                     if inserted:
                         written.append(record)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise StoreError(f"PostgreSQL: {exc}") from exc
+            raise _failure(exc) from exc
         return written
 
     async def get_activation(self, namespace: str, activation_id: str) -> dict[str, Any] | None:
@@ -301,10 +331,12 @@ class PostgresStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
+        column = "doc" if docs else "(doc - 'logs') #- '{response,result}'"  # dropped server-side
         rows = await self._fetch(
-            f"SELECT doc FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
+            f"SELECT {column} FROM {self._activations} WHERE {_ACTIVATION_FILTER} "
             "ORDER BY start DESC, activation_id DESC LIMIT $5 OFFSET $6",
             namespace,
             name,

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from gateway.store.base import (
     Conflict,
     StoreError,
+    StoreUnreachable,
     activation_key,
     check_page,
     counted,
@@ -36,6 +37,8 @@ from gateway.store.base import (
 T = TypeVar("T")
 
 MEMORY = ":memory:"
+#: ``OperationalError`` texts of an outage (the file, its disk or its lock), not of a bug
+UNREACHABLE = ("unable to open", "locked", "disk I/O error", "readonly database")
 
 #: (version, statements); append only, never edit an applied step.
 MIGRATIONS: list[tuple[int, list[str]]] = [
@@ -91,16 +94,20 @@ class SQLiteStore:
     # --- plumbing -----------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
-            raise StoreError("the SQLite store is not open")
+            raise StoreUnreachable("the SQLite store is not open")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except sqlite3.Error as exc:
+            text = str(exc)
+            # a file gone or unreadable, or locked past the busy timeout: an outage
+            if isinstance(exc, sqlite3.OperationalError) and any(w in text for w in UNREACHABLE):
+                raise StoreUnreachable(f"SQLite ({self.path}): {exc}") from exc
             raise StoreError(f"SQLite ({self.path}): {exc}") from exc
 
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise StoreError("the SQLite store is not open")
+            raise StoreUnreachable("the SQLite store is not open")
         return self._conn
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -197,6 +204,15 @@ class SQLiteStore:
 
         return await self._call(get)
 
+    async def get_action_json(self, namespace: str, name: str) -> str | None:
+        def get() -> str | None:
+            row = self.conn.execute(
+                "SELECT doc FROM actions WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._call(get)
+
     async def list_actions(
         self, namespace: str, *, limit: int = 30, skip: int = 0
     ) -> list[dict[str, Any]]:
@@ -204,7 +220,7 @@ class SQLiteStore:
 
         def list_() -> list[dict[str, Any]]:
             rows = self.conn.execute(
-                "SELECT doc FROM actions WHERE namespace = ? "
+                "SELECT json_remove(doc, '$.exec.code') FROM actions WHERE namespace = ? "
                 "ORDER BY updated DESC, name LIMIT ? OFFSET ?",
                 (namespace, limit or -1, skip),
             )
@@ -311,11 +327,14 @@ class SQLiteStore:
         name: str | None = None,
         since: int | None = None,
         upto: int | None = None,
+        docs: bool = True,
     ) -> list[dict[str, Any]]:
         check_page(limit, skip)
         where, args = _activation_filter(namespace, name, since, upto)
+        # without docs SQLite drops the large parts itself (the GIL is released meanwhile)
+        column = "doc" if docs else "json_remove(doc, '$.logs', '$.response.result')"
         sql = (
-            f"SELECT doc FROM activations WHERE {where} "
+            f"SELECT {column} FROM activations WHERE {where} "
             "ORDER BY start DESC, activation_id DESC LIMIT ? OFFSET ?"
         )
         args += [limit or -1, skip]

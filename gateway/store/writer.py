@@ -7,7 +7,9 @@ so "invoke, then fetch the activation" works even before the write. A failed wri
 batch and retries after a growing pause (capped at 1 s), dropping only records that are not
 JSON-serialisable (they would fail forever); ``close`` writes everything pending
 and raises ``StoreError`` if the store still refuses, so nothing is lost silently on a
-graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth).
+graceful shutdown. A crash loses what was not yet written (at most ``max_delay`` worth). While
+the store is down records wait here, at most ``max_pending`` of them: beyond that the oldest
+are dropped (``on_drop`` counts them; one log line until a write works again).
 
 In-flight marks (``mark``) are the exception to batching-by-delay: a caller may have to await
 the durable mark (before it hands out an activation id), so marks go at once, grouped with
@@ -25,10 +27,12 @@ import itertools
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from gateway.clock import AsyncioEventClock, EventClock, Timer
 from gateway.store.base import Store, StoreError, activation_key
+from gateway.store.outage import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +49,14 @@ class ActivationWriter:
         clock: EventClock | None = None,
         owner: str = "",
         incarnation: str = "",
+        max_pending: int = 10_000,
+        on_drop: Callable[[int], None] | None = None,
     ) -> None:
-        if max_batch < 1 or max_delay < 0:
-            raise ValueError("max_batch must be >= 1 and max_delay >= 0")
+        if max_batch < 1 or max_delay < 0 or max_pending < 1:
+            raise ValueError("max_batch, max_pending must be >= 1 and max_delay >= 0")
+        self._max_pending = max_pending
+        self._on_drop = on_drop
+        self._dropping = False  # dropped records since the last write that worked: logged once
         self._store = store
         self._max_batch = max_batch
         self._max_delay = max_delay
@@ -80,10 +89,26 @@ class ActivationWriter:
         self._pending.pop(key, None)
         self._pending[key] = record
         self._idle.clear()
+        if len(self._pending) > self._max_pending:
+            self._drop_oldest()
         if len(self._pending) >= self._max_batch:
             self._due.set()
         elif self._timer is None and not self._due.is_set():
             self._timer = self._clock.call_later(self._max_delay, self._due.set)
+
+    def _drop_oldest(self) -> None:
+        """The store has been down long enough to fill the buffer: the oldest record goes
+        (counted; logged once until a write works again), so memory stays bounded."""
+        self._pending.popitem(last=False)
+        if self._on_drop is not None:
+            self._on_drop(1)
+        if not self._dropping:
+            self._dropping = True
+            log.error(
+                "activation buffer full (%d records, the store is not taking them): dropping "
+                "the oldest until it does",
+                self._max_pending,
+            )
 
     def mark(self, record: dict[str, Any], delay: float = 0.0) -> asyncio.Future[None]:
         """Mark ``record`` (the failure record to write should this process die before the
@@ -137,6 +162,8 @@ class ActivationWriter:
                     )
                 if drops:
                     await self._store.drop_in_flight(drops)
+            except StoreUnavailable:
+                pass  # the outage is logged once, where it was seen
             except Exception:
                 log.exception("cannot write %d in-flight marks", len(marks) + len(drops))
             for _, future in marks:
@@ -192,11 +219,13 @@ class ActivationWriter:
             try:
                 await self._write_all()
                 self._failures = 0
-            except Exception:
+                self._dropping = False
+            except Exception as exc:
                 self._drop_unencodable()
                 self._failures += 1
                 pause = min(MAX_RETRY_PAUSE, 0.01 * 2**self._failures)
-                log.exception("writing activations failed; retrying in %.2fs", pause)
+                if not isinstance(exc, StoreUnavailable):  # an outage is logged once already
+                    log.exception("writing activations failed; retrying in %.2fs", pause)
                 self._timer = self._clock.call_later(pause, self._due.set)
 
     def _drop_unencodable(self) -> None:

@@ -165,3 +165,36 @@ def test_validate_checks_the_gateway_configuration_and_caps_the_errors(tmp_path:
     assert proc.stdout.startswith(
         f"valid: 0 FlowSchemas, 0 PriorityLevelConfigurations, GatewayConfiguration in {f}: document 1\n"
     )
+
+
+def test_yaml_values_json_cannot_hold_are_field_errors(tmp_path: Path) -> None:
+    # Issue 21 item 8: a !!binary value used to end `config validate` with a traceback.
+    fs = tmp_path / "fs.yaml"
+    fs.write_text(
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\n"
+        "metadata: {name: odd, annotations: {1: x}}\n"
+        "spec:\n  matchingPrecedence: !!timestamp 2001-12-14\n"
+        "  priorityLevelConfiguration: {name: global-default}\n"
+        "  rules:\n  - subjects:\n    - {kind: User, user: {name: !!binary aGVsbG8=}}\n"
+        "    nonResourceRules: [{verbs: !!set {get}, nonResourceURLs: ['/x']}]\n"
+    )
+    settings = tmp_path / "gw.yaml"
+    settings.write_text(
+        "apiVersion: gateway.apf.dev/v1alpha1\nkind: GatewayConfiguration\n"
+        "debugAllowedGroups: [!!binary aGVsbG8=]\n"
+    )
+    proc = cli("validate", str(settings), str(fs))
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    where = f'{fs}: document 1 (FlowSchema "odd"): '
+    assert proc.stderr.splitlines() == [
+        f"{settings}: document 1 (GatewayConfiguration): debugAllowedGroups[0]: Invalid value: a YAML !!binary value, which JSON cannot hold",
+        where + "metadata.annotations: Invalid value: 1: a key must be a string, not int",
+        where
+        + "spec.matchingPrecedence: Invalid value: a YAML !!timestamp value, which JSON cannot hold",
+        where
+        + "spec.rules[0].subjects[0].user.name: Invalid value: a YAML !!binary value, which JSON cannot hold",
+        where
+        + "spec.rules[0].nonResourceRules[0].verbs: Invalid value: a YAML !!set value, which JSON cannot hold",
+        "invalid: 5 errors",
+    ]

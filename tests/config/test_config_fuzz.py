@@ -62,6 +62,35 @@ _DOCS = st.lists(
                           "spec": _VALUES, "items": _VALUES, "status": _VALUES}),
     min_size=1, max_size=3,
 )  # fmt: skip
+# What YAML can hold and JSON cannot (issue 21 item 8): ``safe_dump`` writes these as
+# ``!!binary``, ``!!timestamp`` and ``!!set`` values, and keys that are not strings.
+_YAML_ONLY = (
+    st.binary(max_size=4)
+    | st.dates()
+    | st.datetimes()
+    | st.sets(st.integers(0, 3), max_size=2)
+    | st.dictionaries(st.integers(-2, 2) | st.booleans() | st.none(), _SCALARS, min_size=1)
+)
+
+
+def _inject(docs: Any, value: Any, where: int) -> None:
+    """Put ``value`` into the ``where``-th mapping or list of ``docs`` (counted modulo)."""
+    containers: list[Any] = []
+    todo = list(docs)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict | list):
+            containers.append(node)
+            todo += node.values() if isinstance(node, dict) else node
+    target = containers[where % len(containers)]
+    if isinstance(target, dict):
+        target["odd"] = value
+    else:
+        target.append(value)
+
+
+def _yaml(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)  # keys of mixed types do not sort
 
 
 def _only_config_errors(text: str, source: str) -> None:
@@ -82,14 +111,25 @@ def test_flow_control_loader_gives_only_config_errors(docs: list[dict[str, Any]]
 
 
 @FUZZ
-@given(docs=_DOCS, as_json=st.booleans())
+@given(docs=_DOCS, odd=_YAML_ONLY, where=st.integers(0, 40))
+def test_yaml_values_json_cannot_hold_give_only_config_errors(
+    docs: list[dict[str, Any]], odd: Any, where: int
+) -> None:
+    _inject(docs, odd, where)
+    _only_config_errors(_yaml(docs), "fuzz.yaml")
+
+
+@FUZZ
+@given(docs=_DOCS, as_json=st.booleans(), odd=st.none() | _YAML_ONLY, where=st.integers(0, 40))
 def test_load_config_from_files_gives_only_config_load_errors(
-    docs: list[dict[str, Any]], as_json: bool
+    docs: list[dict[str, Any]], as_json: bool, odd: Any, where: int
 ) -> None:
     """The path ``serve`` and ``config validate`` take: both loaders over real files."""
+    if odd is not None:
+        _inject(docs, odd, where)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / ("c.json" if as_json else "c.yaml")
-        f.write_text(json.dumps(docs[0]) if as_json else yaml.safe_dump_all(docs))
+        f.write_text(json.dumps(docs[0], default=str) if as_json else _yaml(docs))
         try:
             load_config([f], limits=SMALL)
         except ConfigLoadError as exc:

@@ -305,6 +305,8 @@ def test_reject_level_concurrency_limit() -> None:
     c = start(qs, stats=stats)
     assert c.state == REJECTED and c.reason == "concurrency-limit"
     assert stats.rejected["concurrency-limit"] == 1 and qs.tot_requests_waiting == 0
+    # request_wait_duration_seconds: both outcomes observed, as Kubernetes does on Reject levels.
+    assert stats.wait_seconds["true"].count == 2 and stats.wait_seconds["false"].count == 1
     qs.finish(a)
     qs.finish(b)
     wide = start(qs, work=WorkEstimate(3))  # too wide, nothing executing: runs alone
@@ -312,6 +314,26 @@ def test_reject_level_concurrency_limit() -> None:
     assert start(qs).reason == "concurrency-limit"
     qs.finish(wide)
     assert qs.is_idle and qs.tot_seats_in_use == 0
+
+
+def test_current_limit_zero_as_in_kubernetes() -> None:
+    """Kubernetes' queue set at ConcurrencyLimit 0: a Reject level admits a request when nothing
+    executes (``canAccommodateSeatsLocked``'s too-wide branch, issue #134196); a Queue level
+    dispatches nothing (``dispatchAsMuchAsPossibleLocked`` needs seats in use < limit) until
+    its limit is raised, which borrowing does at its next adjustment."""
+    clock = FakeEventClock()
+    reject = make_qs(clock, 0, 0, 0, 0)
+    alone = start(reject)
+    assert alone.state == EXECUTING
+    assert start(reject).reason == "concurrency-limit"
+    reject.finish(alone)
+    assert start(reject).state == EXECUTING
+
+    queued = make_qs(clock, 1, 10, 1, 0)
+    waiting = start(queued)
+    assert waiting.state == WAITING and queued.tot_requests_executing == 0
+    queued.configure(desired_num_queues=1, queue_length_limit=10, hand_size=1, concurrency_limit=1)
+    assert waiting.state == EXECUTING
 
 
 def test_exempt_never_limited_but_counted() -> None:

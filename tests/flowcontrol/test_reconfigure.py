@@ -5,6 +5,9 @@ while busy and disappears once idle (Kubernetes); a reload computes the limits o
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.apfconfig import bootstrap
 from gateway.flowcontrol.borrowing import BorrowingAdjuster
@@ -13,6 +16,7 @@ from gateway.flowcontrol.debug import dump_priority_levels
 from gateway.flowcontrol.digest import WorkEstimate
 from gateway.flowcontrol.objects import FlowSchema, PriorityLevelConfiguration
 from gateway.flowcontrol.queueset import EXECUTING, FINISHED, REJECTED, WAITING, Request
+from gateway.metrics.apf import APFMetrics
 from gateway.testing import FakeEventClock
 from tests.flowcontrol.builders import (
     flow_schema,
@@ -232,3 +236,54 @@ def test_the_borrowing_adjuster_restarts_itself_on_a_new_period() -> None:
     adjuster.reconfigure(5.0)  # a stopped adjuster stays stopped
     clock.advance(20.0)
     assert ticks() == [7.0, 10.0] and not adjuster.running
+
+
+def exported(c: FlowController) -> str:
+    registry = CollectorRegistry()
+    registry.register(APFMetrics(c))
+    return generate_latest(registry).decode()
+
+
+def dispatched_series(c: FlowController) -> dict[tuple[str, str], float]:
+    text = exported(c)
+    return {
+        (s.labels["priority_level"], s.labels["flow_schema"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "apiserver_flowcontrol_dispatched_requests_total"
+    }
+
+
+def test_every_flow_schema_has_its_series_at_zero_before_its_first_request() -> None:
+    """``rate()`` sees a flow's first dispatch only if its series existed before (at 0)."""
+    c, _ = controller()
+    assert dispatched_series(c) == {
+        ("q", "fq"): 0,
+        ("other", "fo"): 0,
+        ("exempt", "exempt"): 0,
+        ("catch-all", "catch-all"): 0,
+    }
+    # counters and gauges, not seven empty histograms per unused FlowSchema (scrape size)
+    c.start(c.classify(ALICE), W1, descr=ALICE)  # fq's first request: its histograms appear
+    waits = {
+        s.labels["flow_schema"]
+        for family in text_string_to_metric_families(exported(c))
+        for s in family.samples
+        if s.name == "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
+    }
+    assert waits == {"fq"}
+    added = flow_schema("new", "other", rule(user("nina")), precedence=20)
+    c.apply(config(queuing_level("q", 10), queuing_level("other", 10), schemas=(FQ, FO, added)))
+    assert dispatched_series(c)[("other", "new")] == 0
+
+
+def test_seat_seconds_are_exported_per_level() -> None:
+    c, clock = controller()
+    cls, reqs = load(c, 6, 0)  # 6 seats for 1.5 s
+    clock.advance(1.5)
+    text = exported(c)
+    assert 'gateway_flowcontrol_priority_level_seat_seconds_total{priority_level="q"} 9.0' in text
+    assert (
+        'gateway_flowcontrol_priority_level_seat_seconds_total{priority_level="other"} 0.0' in text
+    )
+    drain(c, cls, reqs)

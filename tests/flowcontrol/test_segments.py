@@ -161,3 +161,24 @@ def test_start_and_finish_read_the_clock_in_subclasses_too(cls: type[QueueSet]) 
     qs.finish(req)
     assert qs.last_real_time == 13.0
     assert qs.segments.totals() == {(0, 0, 0, 0): 1.0, (1, 1, 0, 0): 2.0}
+
+
+def test_seat_seconds_integrate_seats_across_a_limit_change() -> None:
+    """The mean seats over a window is Δseat_seconds / Δt, even when borrowing moves the limit
+    that ``seat_utilization`` divides by (its sum times any one limit would be wrong)."""
+    config = next(pl for pl in bootstrap.defaults().priority_levels if pl.name == "exempt")
+    clock = FakeEventClock(start=10.0)
+    level = PriorityLevel(config, clock, estimated_service=0.003)
+    level.set_limits(100, 245)
+    stats = FlowStats()
+    req = level.qs.start_request(WorkEstimate(3), 0, stats, "fs")
+    clock.advance(2.0)
+    level.sync()
+    assert level.seat_seconds == 6.0
+    level.set_limits(50, 245)  # a new denominator for the utilization histogram
+    clock.advance(1.0)
+    level.qs.finish(req)
+    clock.advance(5.0)
+    level.sync()
+    assert level.seat_seconds == 9.0  # 3 seats for 3 s, then none
+    assert level.seat_utilization.count == 8.0

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.digest import RequestDigest, RequestInfo, UserInfo, WorkEstimate
 from gateway.flowcontrol.workestimate import (
     AdaptiveEstimator,
@@ -48,17 +49,40 @@ def test_list_from_cache_is_capped_by_cache_memory() -> None:
     assert e.estimate(digest("list", resourceVersion="1"), 0).work.initial_seats == 10
 
 
-def test_legacy_watch_pays_for_initial_events_and_plain_watch_does_not() -> None:
+@pytest.mark.parametrize(
+    ("query", "seats"),
+    [
+        # Kubernetes' width_test: only a watch that asks for its initial events pays for them.
+        ({}, 1),
+        ({"resourceVersion": "0"}, 1),
+        ({"resourceVersion": "1"}, 1),
+        ({"sendInitialEvents": "false"}, 1),
+        ({"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, 8),
+        ({"sendInitialEvents": "true", "resourceVersion": "1"}, 8),
+        # kube's bool rule: anything but 0/false (any case) is true, the empty value too.
+        ({"sendInitialEvents": ""}, 8),
+        ({"sendInitialEvents": "1"}, 8),
+        ({"sendInitialEvents": "yes"}, 8),
+        ({"sendInitialEvents": "FALSE"}, 1),
+        ({"sendInitialEvents": "0"}, 1),
+    ],
+)
+def test_watch_pays_for_a_list_only_with_send_initial_events(
+    query: dict[str, str], seats: int
+) -> None:
     e = estimator()
     e.observe_list(digest("list"), 799, 799 * 1_000)
-    assert e.estimate(digest("watch"), 0).work.initial_seats == 8
-    assert e.estimate(digest("watch", resourceVersion="1"), 0).work.initial_seats == 1
-    assert (
-        e.estimate(
-            digest("watch", resourceVersion="1", sendInitialEvents="true"), 0
-        ).work.initial_seats
-        == 8
-    )
+    assert e.estimate(digest("watch", **query), 0).work.initial_seats == seats
+
+
+def test_watch_list_through_the_request_info_parser_pays_the_list_cost() -> None:
+    """``sendInitialEvents`` survives request-info parsing (it is a kept query parameter)."""
+    e = estimator()
+    e.observe_list(digest("list"), 799, 799 * 1_000)
+    query = b"watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=7"
+    info, long_running = RequestInfoParser().parse("GET", "/api/v1/pods", query)
+    assert info.verb == "watch" and long_running
+    assert e.estimate(RequestDigest(USER, info, long_running), 0).work.initial_seats == 8
 
 
 def test_unknown_collection_gets_minimum_seats() -> None:
@@ -189,3 +213,19 @@ def test_object_count_tracker_falls_back_expires_and_reads_the_clock_only_when_f
     found = t.get("deployments.apps", "", clock(2.0))
     assert found is None  # a namespace's count is no cluster-wide count
     assert reads == [2.0, 2.0, 11.5, 10.5]
+
+
+@pytest.mark.parametrize(
+    ("verb", "query"),
+    [
+        ("list", {"limit": "invalid"}),
+        ("list", {"timeoutSeconds": "1.5"}),
+        ("list", {"limit": "99999999999999999999"}),
+        ("watch", {"limit": "x"}),  # decoded before the watch check, as in Kubernetes
+    ],
+)
+def test_undecodable_list_options_get_the_maximum_seats(verb: str, query: dict[str, str]) -> None:
+    e = estimator()
+    # Even for a collection never seen (otherwise the minimum): the request cannot succeed.
+    assert e.estimate(digest(verb, resource="widgets", **query), 0).work.initial_seats == 100
+    assert e.estimate(digest(verb, resource="widgets", **query), 8).work.initial_seats == 8

@@ -63,21 +63,23 @@ class ServerThread:
         asyncio.set_event_loop(self.loop)
         try:
             self.app = self.make_app(self.loop)
-            if isinstance(self.app, Gateway):
-                config = uvicorn_config(self.app, log_level="warning", port=0)
-                config.host = "127.0.0.1"
-            else:
-                config = uvicorn.Config(
-                    self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
-                    lifespan=self.lifespan, log_level="warning", access_log=False,
-                )  # fmt: skip
-            self.server = _Server(config)
+            self.server = _Server(self.config())
             self.loop.run_until_complete(self._serve())
         except BaseException as exc:
             self._error = exc
             self._ready.set()
         finally:
             self.loop.close()
+
+    def config(self) -> uvicorn.Config:
+        if isinstance(self.app, Gateway):
+            config = uvicorn_config(self.app, log_level="warning", port=0)
+            config.host = "127.0.0.1"
+            return config
+        return uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, loop="none", http="httptools",
+            lifespan=self.lifespan, log_level="warning", access_log=False,
+        )  # fmt: skip
 
     async def _serve(self) -> None:
         assert self.server is not None
@@ -121,7 +123,10 @@ class ServerThread:
 
 class Upstream:
     """``/echo``: request as JSON; ``/hold/{id}``: open until ``/release/{id}``;
-    ``/stream/{n}``: n chunks, the rest after ``/release/stream``; ``/upload``: byte count."""
+    ``/stream/{n}``: n chunks, the rest after ``/release/stream``; ``/watchlist/{n}``: a
+    watch-list's n initial events, its ``k8s.io/initial-events-end`` bookmark after
+    ``/release/bookmark`` (split over two chunks), the end after ``/release/stream``;
+    ``/upload``: byte count."""
 
     def __init__(self) -> None:
         self.events: dict[str, asyncio.Event] = {}
@@ -137,7 +142,7 @@ class Upstream:
         parts = path.strip("/").split("/")
         # Kubernetes-shaped paths map onto the same behaviours: .../hold/<id> etc.
         for i, p in enumerate(parts):
-            if p in ("hold", "release", "stream", "echo", "upload", "holding"):
+            if p in ("hold", "release", "stream", "watchlist", "echo", "upload", "holding"):
                 parts = parts[i:]
                 break
         if parts[0] == "hold":
@@ -161,6 +166,8 @@ class Upstream:
                             "more_body": True})  # fmt: skip
             await self.event("stream").wait()
             await send({"type": "http.response.body", "body": b"end\n"})
+        elif parts[0] == "watchlist":
+            await self._watch_list(send, int(parts[1]))
         elif parts[0] == "upload":
             total = 0
             chunks = 0
@@ -178,6 +185,23 @@ class Upstream:
                 "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
             }  # fmt: skip
             await _reply(send, 200, json.dumps(doc).encode(), b"application/json")
+
+    async def _watch_list(self, send: Send, events: int) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        for i in range(events):
+            event = {"type": "ADDED", "object": {"kind": "Pod", "metadata": {"name": f"p{i}"}}}
+            await send({"type": "http.response.body", "body": json.dumps(event).encode() + b"\n",
+                        "more_body": True})  # fmt: skip
+        await self.event("bookmark").wait()
+        bookmark = json.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {
+            "resourceVersion": "9",
+            "annotations": {"k8s.io/initial-events-end": "true"}}}}).encode() + b"\n"  # fmt: skip
+        cut = bookmark.index(b"initial-events-end")
+        for part in (bookmark[:cut], bookmark[cut:]):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await self.event("stream").wait()
+        await send({"type": "http.response.body", "body": b""})
 
 
 async def _reply(send: Send, code: int, body: bytes, ctype: bytes = b"text/plain") -> None:

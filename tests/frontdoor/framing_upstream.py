@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class UpConn:
     raw: bytearray = field(default_factory=bytearray)
     closed: bool = False
     late_sent: bool = False
+    client_cn: str = ""  # the TLS client certificate's CN
 
 
 class _Protocol(asyncio.Protocol):
@@ -54,6 +56,9 @@ class _Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peercert")
+        if peer:
+            self.record.client_cn = dict(x[0] for x in peer["subject"])["commonName"]
 
     def data_received(self, data: bytes) -> None:
         self.record.raw += data
@@ -128,9 +133,10 @@ class _Protocol(asyncio.Protocol):
 
 
 class RecordingUpstream:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.conns: list[UpConn] = []
         self.port = 0
+        self.tls = tls
 
     def requests(self) -> list[Parsed]:
         return [r for c in list(self.conns) for r in list(c.requests)]
@@ -142,12 +148,13 @@ class RecordingUpstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
 
 @contextlib.contextmanager
-def recording_upstream() -> Iterator[RecordingUpstream]:
-    up = RecordingUpstream()
+def recording_upstream(tls: ssl.SSLContext | None = None) -> Iterator[RecordingUpstream]:
+    """``tls``: serve HTTPS with this context (each connection records the client's CN)."""
+    up = RecordingUpstream(tls)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     stop = loop.create_future()
@@ -161,7 +168,7 @@ def recording_upstream() -> Iterator[RecordingUpstream]:
         return protocols[-1]
 
     async def serve() -> None:
-        server = await loop.create_server(make, "127.0.0.1", 0)
+        server = await loop.create_server(make, "127.0.0.1", 0, ssl=tls)
         up.port = server.sockets[0].getsockname()[1]
         ready.set()
         await stop

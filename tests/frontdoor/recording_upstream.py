@@ -28,6 +28,7 @@ class Received:
 class RecordingUpstream:
     sock: socket.socket
     received: list[Received] = field(default_factory=list)
+    reply_headers: bytes = b""  # extra response header lines, each ending in CRLF
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -70,7 +71,9 @@ class RecordingUpstream:
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n" + self.reply_headers + b"\r\nok"
+                )
 
     def stop(self) -> None:
         self._stop.set()

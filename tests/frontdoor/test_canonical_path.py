@@ -176,3 +176,21 @@ def test_query_bytes_httptools_lets_through_are_sent_alike(
     gateways.append(gw)
     assert get(gw.port, '/x?a="<>`{|}^\\&b=%2F')[0] == 200
     assert recorder.received[-1].target == "/x?a=%22%3C%3E%60%7B%7C%7D%5E%5C&b=%2F"
+
+
+@pytest.mark.parametrize("transport", ["h1", "httpx"])
+def test_prefixes_match_on_segment_boundaries_only(
+    recorder: RecordingUpstream, gateways: list[ServerThread], transport: str
+) -> None:
+    # Issue 21 item 7: /publicadmin was classified as /publicadmin, stripped to /admin upstream.
+    gw = start_gateway({
+        "upstreams": [{"url": recorder.url, "prefix": "/public", "stripPrefix": True}],
+        "proxy": {"transport": transport},
+    })  # fmt: skip
+    gateways.append(gw)
+    status, body = get(gw.port, "/publicadmin")
+    assert status == 404, body
+    assert b"no upstream serves /publicadmin" in body
+    assert get(gw.port, "/public/admin")[0] == 200
+    assert get(gw.port, "/public")[0] == 200
+    assert [r.target for r in recorder.received] == ["/admin", "/"]

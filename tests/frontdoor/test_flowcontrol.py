@@ -4,6 +4,7 @@ test advances, so the time-out case needs no sleeping."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +21,7 @@ from gateway.asgi.requestinfo import RequestInfoParser
 from gateway.flowcontrol.controller import FlowController
 from gateway.flowcontrol.digest import ANONYMOUS, RequestDigest
 from gateway.server import Gateway
+from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway
 from tests.support.wait import wait_until
@@ -173,6 +175,97 @@ def test_watch_gives_its_seat_back_after_the_first_chunk(
                   priority_level="tiny-queue", type="watch") == 1  # fmt: skip
 
 
+def test_watch_from_a_resource_version_gives_its_seat_back_at_the_response_headers(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    """An informer's re-watch gets no initial events: kube-apiserver counts it initialized once
+    established, so a quiet watch (no event, no bookmark yet) holds no seat."""
+    url = gw.url + "/api/v1/watch/namespaces/ns/stream/0?resourceVersion=5&allowWatchBookmarks=1"
+    with httpx.stream("GET", url, timeout=5) as w:
+        assert w.status_code == 200 and w.headers["x-kubernetes-pf-prioritylevel-uid"]
+        wait_until(lambda: level_state(gw, "tiny-queue")["seats"] == 0)
+        # Same one-seat level; would queue forever (fake clock) if the watch still held it.
+        assert httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3).status_code == 200
+        httpx.get(upstream.url + "/release/stream")
+
+
+def test_watch_list_holds_its_seat_until_the_initial_events_end_bookmark(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    query = "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+    url = gw.url + "/api/v1/watch/namespaces/ns/watchlist/2?" + query
+    with httpx.stream("GET", url, timeout=5) as w:
+        lines = w.iter_lines()
+        assert [json.loads(next(lines))["type"] for _ in range(2)] == ["ADDED", "ADDED"]
+        # Initial events relayed, but not their end: the seat is still held.
+        assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 1, "seats": 1}
+        httpx.get(upstream.url + "/release/bookmark")
+        bookmark = json.loads(next(lines))
+        assert bookmark["object"]["metadata"]["annotations"] == {
+            "k8s.io/initial-events-end": "true"
+        }
+        wait_until(lambda: level_state(gw, "tiny-queue")["seats"] == 0)
+        assert httpx.get(gw.url + "/api/v1/namespaces/ns/configmaps", timeout=3).status_code == 200
+        httpx.get(upstream.url + "/release/stream")
+    assert metric(gw, "apiserver_flowcontrol_request_execution_seconds_count",
+                  priority_level="tiny-queue", type="watch") == 1  # fmt: skip
+
+
+TIMEOUT_STATUS = {
+    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+    "message": "Timeout: request did not complete within the allotted timeout",
+    "reason": "Timeout", "code": 504,
+}  # fmt: skip
+
+
+def test_request_timeout_bounds_an_executing_request(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    """requestTimeout (60 s) from arrival: past it, the request is abandoned, the client gets
+    kube's 504 Status and the seat goes back (kube-apiserver's WithTimeoutForNonLongRunning-
+    Requests). The core's clock is fake: only advancing it passes the deadline."""
+    clock: FakeEventClock = gw.app.clock
+    slow = hold(pool, gw, "/queue/hold/t1")
+    wait_until(lambda: "t1" in holding(upstream))
+    gw.call(lambda: clock.advance(59.0))
+    assert level_state(gw, "tiny-queue")["seats"] == 1 and not slow.done()
+    gw.call(lambda: clock.advance(2.0))
+    r = slow.result(timeout=5)
+    assert r.status_code == 504 and r.json() == TIMEOUT_STATUS
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"]
+    assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 0, "seats": 0}
+    assert httpx.get(gw.url + "/queue/echo", timeout=3).status_code == 200
+    httpx.get(upstream.url + "/release/t1")
+
+
+def test_a_shorter_timeout_parameter_is_the_deadline(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    clock: FakeEventClock = gw.app.clock
+    slow = hold(pool, gw, "/api/v1/namespaces/ns/hold/t2?timeout=5s")
+    wait_until(lambda: "t2" in holding(upstream))
+    gw.call(lambda: clock.advance(4.0))
+    assert not slow.done()
+    gw.call(lambda: clock.advance(2.0))
+    assert slow.result(timeout=5).json() == TIMEOUT_STATUS
+    assert level_state(gw, "tiny-queue")["seats"] == 0
+    httpx.get(upstream.url + "/release/t2")
+
+
+def test_a_response_under_way_at_its_deadline_has_its_connection_closed(
+    gw: ServerThread, upstream: ServerThread
+) -> None:
+    clock: FakeEventClock = gw.app.clock
+    with httpx.stream("GET", gw.url + "/queue/stream/1", timeout=5) as r:
+        lines = r.iter_lines()
+        assert r.status_code == 200 and next(lines) == "chunk0"
+        gw.call(lambda: clock.advance(61.0))
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(lines)  # the chunked body never ends: the connection is closed
+    assert level_state(gw, "tiny-queue") == {"waiting": 0, "executing": 0, "seats": 0}
+    httpx.get(upstream.url + "/release/stream")
+
+
 def test_non_watch_long_running_bypasses_flow_control(gw: ServerThread) -> None:
     r = httpx.get(gw.url + "/api/v1/namespaces/ns/pods/p/exec")
     assert r.status_code == 200
@@ -215,8 +308,9 @@ def test_invalid_token_is_401_status(gw: ServerThread) -> None:
     assert r.json()["reason"] == "Unauthorized"
 
 
-# The Kubernetes flow-control documentation's observability list (31 names), plus the current
-# name of the renamed inqueue-seats gauge; each with the label names Kubernetes gives it.
+# The Kubernetes flow-control documentation's observability list (31 names) but the two
+# deprecated gauges Kubernetes hides, plus the current name of the renamed inqueue-seats gauge;
+# each with the label names Kubernetes gives it.
 PL_FS = {"priority_level", "flow_schema"}
 PL = {"priority_level"}
 EXPECTED_LABELS = {
@@ -232,11 +326,9 @@ EXPECTED_LABELS = {
     "apiserver_current_inflight_requests": {"request_kind"},
     "apiserver_current_inqueue_seats": PL_FS,
     "apiserver_flowcontrol_read_vs_write_current_requests_bucket": {"phase", "request_kind", "le"},
-    "apiserver_flowcontrol_request_concurrency_in_use": PL_FS,
     "apiserver_flowcontrol_priority_level_request_utilization_bucket": PL | {"phase", "le"},
     "apiserver_flowcontrol_priority_level_seat_utilization_bucket": PL | {"phase", "le"},
     "apiserver_flowcontrol_request_queue_length_after_enqueue_bucket": PL_FS | {"le"},
-    "apiserver_flowcontrol_request_concurrency_limit": PL,
     "apiserver_flowcontrol_lower_limit_seats": PL,
     "apiserver_flowcontrol_upper_limit_seats": PL,
     "apiserver_flowcontrol_demand_seats_bucket": PL | {"le"},
@@ -272,7 +364,7 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
                 s.labels["flow_schema"] == "queue-fs" and s.labels["execute"] == "true"
             ):
                 buckets.append(s.labels["le"])
-    assert len(EXPECTED_LABELS) == 32
+    assert len(EXPECTED_LABELS) == 30
     missing = sorted(set(EXPECTED_LABELS) - set(labels))
     assert not missing, missing
     for name, expected in EXPECTED_LABELS.items():
@@ -282,12 +374,73 @@ def test_every_kubernetes_metric_is_exported_with_its_labels(
     assert "gateway_upstream_request_duration_seconds_bucket" in labels
 
 
+HIDDEN = {"apiserver_flowcontrol_request_concurrency_limit": "1.30.0",
+          "apiserver_flowcontrol_request_concurrency_in_use": "1.31.0"}  # fmt: skip
+
+
+def families(gw: ServerThread) -> dict[str, Any]:
+    text = httpx.get(gw.url + "/metrics", headers=ADMIN).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_help_texts_carry_kubernetes_stability_and_deprecated_gauges_are_hidden(
+    gw: ServerThread,
+) -> None:
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    fams = families(gw)
+    assert not set(HIDDEN) & set(fams)
+    stability = {
+        "apiserver_flowcontrol_rejected_requests": "[BETA] Number of requests rejected by API "
+        "Priority and Fairness subsystem",
+        "apiserver_flowcontrol_request_wait_duration_seconds": "[BETA] Length of time a request "
+        "spent waiting in its queue",
+        "apiserver_flowcontrol_nominal_limit_seats": "[BETA] Nominal number of execution seats "
+        "configured for each priority level",
+        "apiserver_flowcontrol_current_r": "[ALPHA] R(time of last change)",
+        "apiserver_flowcontrol_demand_seats": "[ALPHA] Observations, at the end of every "
+        "nanosecond, of (the number of seats each priority level could use) / (nominal number "
+        "of seats for that level)",
+        "apiserver_current_inflight_requests": "[STABLE] Maximal number of currently used "
+        "inflight request limit of this apiserver per request kind in last second.",
+    }
+    for name, help_text in stability.items():
+        assert fams[name].documentation == help_text, name
+    for name, fam in fams.items():
+        if name.startswith("apiserver_"):
+            assert fam.documentation.startswith(("[ALPHA] ", "[BETA] ", "[STABLE] ")), name
+
+
+def test_hidden_gauges_are_shown_when_asked_for(
+    upstream: ServerThread, gateways: list[ServerThread]
+) -> None:
+    gw = start_gateway(
+        {"upstreams": [{"url": upstream.url}], "showHiddenMetricsForVersion": "1.33"}, [CONFIG]
+    )
+    gateways.append(gw)
+    assert httpx.get(gw.url + "/queue/echo").status_code == 200
+    fams = families(gw)
+    for name, since in HIDDEN.items():
+        assert fams[name].documentation.startswith(f"[ALPHA] (Deprecated since {since}) "), name
+    limit = fams["apiserver_flowcontrol_request_concurrency_limit"]
+    nominal = fams["apiserver_flowcontrol_nominal_limit_seats"]
+    assert {tuple(s.labels.items()): s.value for s in limit.samples} == {
+        tuple(s.labels.items()): s.value for s in nominal.samples
+    }
+
+
+@pytest.mark.parametrize("version", ["1.32", "1.34", "1.33.0", "yes"])
+def test_show_hidden_metrics_takes_only_the_previous_minor_version(version: str) -> None:
+    with pytest.raises(ConfigLoadError, match="showHiddenMetricsForVersion"):
+        load_config([], {"showHiddenMetricsForVersion": version})
+
+
 @pytest.mark.parametrize(
     ("path", "query", "limit"),
     [
         ("/api/v1/pods", b"", 15.0),  # request timeout 60 s / 4
         ("/api/v1/pods", b"timeout=8s", 2.0),  # the client's deadline / 4
-        ("/api/v1/pods", b"timeout=10m", 60.0),  # never more than a minute
+        # A longer timeout does not extend the deadline (kube's WithRequestDeadline).
+        ("/api/v1/pods", b"timeout=10m", 15.0),
         ("/api/v1/pods", b"watch=1&timeout=8s", 15.0),  # watches have no deadline
     ],
 )
@@ -303,6 +456,9 @@ def test_wait_limit_is_a_quarter_of_the_deadline(path: str, query: bytes, limit:
     )
     info, _ = RequestInfoParser().parse("GET", path, query)
     assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == limit
+    if not query:
+        mw.request_timeout = 600.0
+        assert mw.wait_limit(RequestDigest(ANONYMOUS, info)) == 60.0  # never more than a minute
 
 
 @pytest.mark.parametrize("size", [200_000, 3_000_000])  # below and above the read-ahead cap

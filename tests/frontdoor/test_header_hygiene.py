@@ -148,3 +148,34 @@ def test_new_settings_have_flags() -> None:
     s = load_config([], overrides_from_args(args)).settings
     assert s.proxy.impersonation == "strip"
     assert s.metrics_allowed_groups == ("system:monitoring", "ops")
+
+
+# What the proxy adds itself; anything else the upstream sees must come from the client.
+ADDED = {"host", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-remote-user",
+         "x-remote-group"}  # fmt: skip
+FRAMING = {"content-length", "transfer-encoding"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_only_the_clients_headers_are_forwarded(
+    recorder: RecordingUpstream, gateways: list[ServerThread], transport: str, method: str
+) -> None:
+    # Issue 21 item 11: httpx added Accept, Accept-Encoding, Connection and User-Agent;
+    # httpx-aiohttp also Content-Type: application/octet-stream on a body-less POST.
+    recorder.reply_headers = b"set-cookie: session=alice-secret; Path=/\r\n"
+    gw = _gateway(gateways, recorder, proxy={"transport": transport})
+    assert get(gw.port, "/x", "X-Client: 1", method=method)[0] == 200
+    assert get(gw.port, "/x", "X-Client: 2", method=method)[0] == 200
+    for seen in recorder.received:
+        names = {k.lower() for k, _ in seen.headers}
+        assert names - FRAMING == ADDED | {"x-client"}, seen.headers
+    # A client's answer never becomes another client's request (httpx's client cookie jar).
+    assert recorder.received[-1].header("cookie") == []
+    # What the client sends of those headers itself goes on, once and unchanged.
+    sent = ("Accept: text/x", "User-Agent: c/1", "Accept-Encoding: identity")
+    assert get(gw.port, "/x", *sent, method=method)[0] == 200
+    seen = recorder.received[-1]
+    for line in sent:
+        name, _, value = line.partition(": ")
+        assert seen.header(name) == [value], seen.headers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.frontdoor.framing_upstream import RecordingUpstream, recording_upstream
+from tests.support.certs import Issued, issue, make_ca
 from tests.support.wait import wait_until
 
 TRANSPORTS = ["h1", "aiohttp", "httpx", "httpx-aiohttp"]
@@ -34,10 +36,38 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Issued]:
+    d = tmp_path_factory.mktemp("pki")
+    ca = make_ca(d)
+    return {
+        "ca": ca,
+        "server": issue(ca, d, "upstream", cn="upstream", ips=("127.0.0.1",), usage="server"),
+        "client": issue(ca, d, "gateway", cn="the-gateway"),
+    }
+
+
+@pytest.fixture(params=["http", "https"])
+def scheme(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def up() -> Iterator[RecordingUpstream]:
-    with recording_upstream() as u:
+def up(scheme: str, pki: dict[str, Issued]) -> Iterator[RecordingUpstream]:
+    """Plain, or HTTPS that requires the gateway's client certificate (every framing test
+    runs over TLS upstreams too)."""
+    ctx = None
+    if scheme == "https":
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki["ca"].cert_file)
+        ctx.load_cert_chain(pki["server"].cert_file, pki["server"].key_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        UPSTREAM_TLS.update(
+            caFile=str(pki["ca"].cert_file), certFile=str(pki["client"].cert_file),
+            keyFile=str(pki["client"].key_file),
+        )  # fmt: skip
+    with recording_upstream(ctx) as u:
         yield u
+    UPSTREAM_TLS.clear()
 
 
 @pytest.fixture
@@ -46,9 +76,16 @@ def proxy_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
+# The https upstream's settings (set by the ``up`` fixture).
+UPSTREAM_TLS: dict[str, str] = {}
+
+
 def gateway(up: RecordingUpstream, transport: str, **proxy: Any) -> ServerThread:
+    upstream: dict[str, Any] = {"url": up.url}
+    if up.tls is not None:
+        upstream["tls"] = dict(UPSTREAM_TLS)
     return start_gateway({
-        "upstreams": [{"url": up.url}], "enablePriorityAndFairness": False,
+        "upstreams": [upstream], "enablePriorityAndFairness": False,
         "proxy": {"transport": transport, **proxy},
     })  # fmt: skip
 
@@ -101,6 +138,23 @@ def send_and_leave(gw: ServerThread, raw: bytes) -> None:
 
 def aborted(log: pytest.LogCaptureFixture) -> bool:
     return any("request aborted" in r.getMessage() for r in log.records)
+
+
+def test_exchanges_share_one_pooled_upstream_connection(
+    up: RecordingUpstream, transport: str, scheme: str
+) -> None:
+    """Pooling is the same over TLS, and a TLS upstream sees the gateway's client
+    certificate (``upstreams[].tls.certFile``)."""
+    gw = gateway(up, transport)
+    try:
+        for _ in range(3):
+            head, reply, _ = exchange(gw, post("/pooled", b"x"))
+            assert head.startswith(b"HTTP/1.1 200") and reply == b"POST /pooled", head
+    finally:
+        gw.stop()
+    conns = up.conn_of("/pooled")
+    assert len(conns) == 1 and len(conns[0].requests) == 3
+    assert conns[0].client_cn == ("the-gateway" if scheme == "https" else "")
 
 
 @pytest.mark.parametrize("pad", [32, 70_000], ids=["small-body", "streamed-body"])

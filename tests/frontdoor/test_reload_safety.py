@@ -182,3 +182,22 @@ def test_reload_parses_off_the_event_loop_while_requests_are_served(
     assert loader_threads[0] is not gw.thread
     assert loader_threads[0].name.startswith("config-reload")
     wait_until(lambda: gw.call(lambda: app.settings.request_timeout) == 30.0)
+
+
+def test_a_yaml_value_json_cannot_hold_is_refused_as_invalid(serve: Serve) -> None:
+    # Issue 21 item 8: a !!binary FlowSchema field was counted as reason "apply".
+    fs = (
+        "---\napiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\n"
+        "metadata: {name: odd}\nspec:\n  matchingPrecedence: 500\n"
+        "  priorityLevelConfiguration: {name: global-default}\n"
+        "  rules:\n  - subjects:\n    - {kind: User, user: {name: !!binary aGVsbG8=}}\n"
+        "    nonResourceRules: [{verbs: ['*'], nonResourceURLs: ['/x']}]\n"
+    )
+    serve.reload(serve.good.replace("anonymous: false", "anonymous: true") + fs)
+    assert_still_locked(serve)
+    metrics = serve.metrics()
+    assert 'gateway_config_reload_failures_total{reason="invalid"} 1.0' in metrics
+    assert 'reason="apply"' not in metrics
+    log = serve.log.read_text()
+    assert "spec.rules[0].subjects[0].user.name: Invalid value: a YAML !!binary value" in log
+    assert "Traceback" not in log

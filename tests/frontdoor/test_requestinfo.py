@@ -64,6 +64,41 @@ def test_non_resource_requests(path: str) -> None:
     assert info.verb == "get" and info.path == path and not long_running
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "long_running"),
+    [
+        # BasicLongRunningRequestCheck: the profiler's paths, non-resource ones only.
+        ("GET", "/debug/pprof/profile", True),
+        ("GET", "/debug/pprof/", True),
+        ("GET", "/debug/pprof/goroutine/x", True),
+        ("GET", "/debug/pprof", False),
+        ("GET", "/debug/flags/v", False),
+        ("GET", "/debug/api_priority_and_fairness/dump_requests", False),
+        # kube takes a non-resource request's verb from its method, so PROXY or WATCH would be
+        # long-running there; here a method alone never bypasses APF (see requestinfo.py).
+        ("PROXY", "/healthz", False),
+        ("WATCH", "/metrics", False),
+        ("proxy", "/anything", False),
+        ("POST", "/debug/pprof/x", True),
+    ],
+)
+def test_non_resource_long_running(method: str, path: str, long_running: bool) -> None:
+    info, got = P.parse(method, path, b"")
+    assert not info.is_resource_request
+    assert got is long_running
+
+
+def test_profiler_through_a_real_gateway_bypasses_flow_control(
+    gateways: list[ServerThread], recorder: RecordingUpstream
+) -> None:
+    """No PF headers: the profiler's request was not classified."""
+    gw = start_gateway({"upstreams": [{"url": recorder.url}]}, [])
+    gateways.append(gw)
+    assert _status_and_header(gw.port, "/debug/pprof/profile?seconds=1") == (200, "")
+    status, flow_schema = _status_and_header(gw.port, "/debug/flags")
+    assert status == 200 and flow_schema
+
+
 # Taken from kube-apiserver's behaviour (requestinfo.go and its tests, ListOptions decoding,
 # fields.ParseSelector): method, path, query -> verb, namespace, resource, subresource, name, parts.
 KUBE = [
@@ -241,3 +276,22 @@ def _status_and_header(port: int, target: str) -> tuple[int, str]:
     found = [v.strip() for k, _, v in (h.partition(":") for h in head[1:])
              if k.lower() == "x-kubernetes-pf-flowschema-uid"]  # fmt: skip
     return int(head[0].split()[1]), found[0] if found else ""
+
+
+@pytest.mark.parametrize(
+    ("method", "long_running"),
+    [("GET", False), ("PROXY", False), ("WATCH", False), ("proxy", False)],
+)
+def test_a_method_alone_never_makes_a_template_route_long_running(
+    method: str, long_running: bool
+) -> None:
+    """A route template's request with an unknown method takes its verb from the method, as
+    kube does; that verb does not make it long-running (which would bypass APF)."""
+    info, got = P.parse(method, "/v2/ns/items/a", b"")
+    assert info.is_resource_request
+    assert got is long_running
+
+
+def test_watch_query_on_a_template_route_is_long_running() -> None:
+    info, got = P.parse("GET", "/v2/ns/items", b"watch=1")
+    assert info.verb == "watch" and got is True

@@ -142,7 +142,7 @@ def sample(app: App, name: str, **labels: str) -> float | None:
 LEVEL_METRICS = [
     "apiserver_flowcontrol_nominal_limit_seats",
     "apiserver_flowcontrol_current_limit_seats",
-    "apiserver_flowcontrol_request_concurrency_limit",
+    "apiserver_flowcontrol_upper_limit_seats",
 ]
 # Per flow schema and level: present once the pair saw a request.
 FLOW_METRICS = [

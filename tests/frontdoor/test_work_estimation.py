@@ -15,6 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.asgi.listcount import SHAPE_BYTES, count_items, looks_like_list
 from gateway.asgi.workestimate import GatewayEstimator
 from gateway.flowcontrol import debug
 from gateway.flowcontrol.digest import RequestInfo
@@ -41,8 +42,9 @@ class KubeLikeUpstream:
         if scope["type"] != "http":
             return
         query = dict(p.split("=", 1) for p in scope["query_string"].decode().split("&") if "=" in p)
+        ctype = query.get("ctype", "application/json").replace("%2F", "/").encode()
         start = {"type": "http.response.start", "status": 200,
-                 "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+                 "headers": [(b"content-type", ctype)]}  # fmt: skip
         if scope["path"].startswith("/hold"):
             self.held += 1
             await self.release.wait()
@@ -59,7 +61,10 @@ class KubeLikeUpstream:
             await send({"type": "http.response.body", "body": b""})
         elif scope["method"] == "GET":
             n = int(query.get("items", "0"))
-            doc = {"kind": "PodList", "items": [{"data": "x" * 1000} for _ in range(n)]}
+            doc: dict[str, Any] = {"kind": query.get("kind", "PodList")}
+            doc["items"] = [{"data": "x" * 1000} for _ in range(n)]
+            if query.get("kind") == "":
+                del doc["kind"]
             await send(start)
             await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
         else:
@@ -263,3 +268,52 @@ def test_one_list_response_per_collection_and_interval_is_learned() -> None:
     assert estimator.should_learn(RequestInfo(True, "/api/v1/nodes", "list", resource="nodes"))
     clock.advance(0.6)
     assert estimator.should_learn(info)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"kind": ""},  # {"items": [...]}: JSON with items, not a Kubernetes List
+        {"kind": "Pod"},
+        {"ctype": "application/x-ndjson"},  # a List, but not application/json
+        {"items": 9000},  # 9 MB: over listLearningMaxBytes (8 MiB)
+    ],
+)
+def test_only_kubernetes_lists_within_the_cap_are_learned_from(
+    gw: ServerThread, params: dict[str, Any]
+) -> None:
+    # Issue 21 item 9: any JSON body with "items" (up to 16 MiB) was parsed to learn from.
+    url = gw.url + "/api/v1/namespaces/odd/pods"
+    assert _list_seats(gw, url, **{"items": 5000, **params}) == 1  # unknown yet
+    app: Gateway = gw.app
+    clock: Any = app.clock
+    gw.call(lambda: clock.advance(1.1))  # the next response is read again
+    assert _list_seats(gw, url, items=5000) == 1  # nothing learned from the first one
+    assert _list_seats(gw, url, items=10) == 8  # the List of 5000 was
+
+
+@pytest.mark.parametrize(
+    ("body", "counted"),
+    [
+        (b'{"kind":"PodList","metadata":{"remainingItemCount":5},"items":[{"a":[1]},2]}', (2, 5)),
+        (b' {\n "kind" : "ConfigMapList" , "items" : [ ] } ', (0, 0)),
+        (b'{"items":[1,2]}', None),
+        (b'{"kind":"Pod","items":[1]}', None),
+        (b'{"kind":"PodList","items":[1,]}', None),
+        (b'{"kind":"PodList","items":[1]} {}', None),
+        (b'{"kind":"PodList","items":[1]', None),
+        (b'{"kind":"PodList","items":{}}', None),
+        (b"\xff", None),
+    ],
+)
+def test_list_items_are_counted_one_at_a_time(body: bytes, counted: tuple[int, int] | None) -> None:
+    assert count_items(body) == counted
+    if counted is not None:  # what is counted passed the shape check first
+        assert looks_like_list(body[:SHAPE_BYTES])
+
+
+def test_only_a_body_starting_like_a_list_is_kept() -> None:
+    assert looks_like_list(b'{"kind":"PodList","apiVersion":"v1","metadata":{}')
+    assert not looks_like_list(b'{"kind":"Pod","apiVersion":"v1"')
+    assert not looks_like_list(b'{"items":[{"kind":"PodList"}]}')
+    assert not looks_like_list(b'["kind","PodList"]')

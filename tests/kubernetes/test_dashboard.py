@@ -4,9 +4,7 @@ the routers' and the manager's registries as really exported."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import generate_latest
 
@@ -15,11 +13,10 @@ from gateway.router.metrics import RouterMetrics
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
+from tests.support.promql import dashboard_expressions, selectors
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "apf-gateway.json"
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("",), "gauge": ("",)}
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
-            "bool", "offset"}  # fmt: skip
 
 
 def exported_names() -> set[str]:
@@ -36,36 +33,14 @@ def exported_names() -> set[str]:
 
 
 def metric_names(expr: str) -> set[str]:
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # strings
-    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
-    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
-    expr = re.sub(r"\b\d+(\.\d+)?([smhdwy]|ms)?\b", " ", expr)  # numbers, durations
-    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
-    found = set()
-    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
-        rest = expr[m.end() :].lstrip()
-        if rest.startswith("(") or m.group() in KEYWORDS:
-            continue  # a function or keyword
-        found.add(m.group())
-    return found
-
-
-def expressions(dashboard: dict[str, Any]) -> list[str]:
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    for var in dashboard["templating"]["list"]:
-        query = var.get("query")
-        if isinstance(query, dict):
-            inner = re.fullmatch(r"label_values\((\w+),\s*\w+\)", query["query"])
-            assert inner, query
-            exprs.append(inner.group(1))
-    return exprs
+    return {s.name for s in selectors(expr)}
 
 
 def test_the_dashboard_parses_and_uses_only_exported_metrics() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     allowed = exported_names()
     used: set[str] = set()
-    for expr in expressions(dashboard):
+    for expr in dashboard_expressions(dashboard):
         names = metric_names(expr)
         assert names, expr
         assert names <= allowed, f"{expr}: unknown {names - allowed}"

@@ -376,7 +376,9 @@ async def test_the_action_spec_fields_shape_the_pod(
     """Image, memory, grace, policy, the action's pod template and the router reach the pod
     (validated against the Kubernetes schemas by the fixture)."""
     backend = await make_backend(
-        pod_template={"metadata": {"labels": {"team": "ops"}}, "spec": {"priorityClassName": "x"}}
+        pod_template={"metadata": {"labels": {"team": "ops"}}, "spec": {"priorityClassName": "x"}},
+        # as --backend-option gives it: the operator lets actions choose nodes and priority
+        allowed_pod_template_fields="spec.nodeSelector,spec.priorityClassName",
     )
     base = action_spec("c-000000000018", safe)
     template = {
@@ -430,6 +432,48 @@ async def test_a_stem_cell_is_always_evictable_until_bound(
     assert meta["labels"][SAFE_LABEL] == "false"  # now protected by the PDB
     assert meta["annotations"][CA_ANNOTATION] == "false"
     assert await backend.evict(stem, grace=1) is False
+
+
+async def test_a_stored_hostile_template_never_reaches_the_pod(
+    cluster: FakeCluster, make_backend: BackendFactory
+) -> None:
+    """Defence in depth (issue 21): an action document stored before the PUT check (or with a
+    router allowing more) is filtered again where the pod is rendered, on create and on the
+    relabel that binds a stem cell; each dropped field is named in a warning."""
+    backend = await make_backend(allowed_pod_template_fields="spec.tolerations")
+    base = action_spec("c-000000000022")
+    template = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "apf-gateway-frontdoor", "team": "pay"},
+            "annotations": {"container.apparmor.security.beta.kubernetes.io/runtime": "unconfined"},
+        },
+        "spec": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"operator": "Exists"}],
+            "hostNetwork": True,
+        },
+    }
+    spec = ContainerSpec(base.id, base.kind, 256, 1, base.labels, pod_template=template)
+    await backend.create(spec)
+    pod = cluster.pod("c-000000000022")
+    assert pod is not None
+    labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    assert "app.kubernetes.io/name" not in labels and labels["team"] == "pay"
+    assert not [a for a in annotations if "apparmor" in a]
+    assert "priorityClassName" not in pod["spec"] and "hostNetwork" not in pod["spec"]
+    assert pod["spec"]["tolerations"] == [{"operator": "Exists"}]  # the operator allowed it
+    for field in ("metadata.labels.app.kubernetes.io/name", "spec.priorityClassName",
+                  "spec.hostNetwork", "metadata.annotations.container.apparmor"):  # fmt: skip
+        assert any(f"podTemplate.{field}" in w for w in backend.warnings), (field, backend.warnings)
+    # a stem cell bound to such an action: its eviction metadata ignores the tenant's claims
+    stem = await backend.create(
+        ContainerSpec("c-000000000023", "python:3.11", 256, None, {"role": "stem"})
+    )
+    action = json.loads(base.labels["action"])
+    action["podTemplate"] = {"metadata": {"labels": {SAFE_LABEL: "true"}}}
+    await backend.relabel(stem, {**base.labels, "action": json.dumps(action)})
+    bound = cluster.pod("c-000000000023")
+    assert bound is not None and bound["metadata"]["labels"][SAFE_LABEL] == "false"  # Never
 
 
 async def test_operators_can_ignore_action_pod_templates(

@@ -54,7 +54,15 @@ async def test_a_restarted_manager_gets_the_secret_back(make_backend: BackendFac
 @pytest.mark.parametrize("name", ["base", "overlays/production"])
 def test_only_routers_reach_action_pods_and_the_manager(name: str) -> None:
     objects = render(DEPLOY / "kubernetes" / name)
-    router = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "apf-gateway-router"}}}
+    router = {
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/name": "apf-gateway-router"},
+            # never an action pod, whatever its labels (tests/kubernetes/test_selectors.py)
+            "matchExpressions": [
+                {"key": "app.kubernetes.io/managed-by", "operator": "DoesNotExist"}
+            ],
+        }
+    }
     actions = find(objects, "NetworkPolicy", "apf-gateway-actions")["spec"]
     assert actions["podSelector"]["matchLabels"] == {
         "app.kubernetes.io/managed-by": "apf-gateway-manager"
@@ -66,7 +74,8 @@ def test_only_routers_reach_action_pods_and_the_manager(name: str) -> None:
     assert router in rule["from"] and all(
         "podSelector" not in peer or peer == router for peer in rule["from"]
     )
-    # both sides of the internal API get the token from the same Secret
+    # the manager and the routers get the internal token from the same Secret (the front door
+    # too, as a file: tests/kubernetes/test_selectors.py)
     for deployment in ("apf-gateway-manager", "apf-gateway-router"):
         (main,) = [
             c

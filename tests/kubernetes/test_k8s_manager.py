@@ -71,21 +71,23 @@ async def test_list_during_a_create_leaves_that_pod_alone(
 async def test_upgrade_drain_uses_the_eviction_api_and_retries_what_the_pdb_refuses(
     cluster: FakeCluster, make_backend: BackendFactory
 ) -> None:
-    """An OnUpgrade action whose pod template keeps the PDB's label: the drain's eviction is
-    refused (429), the pod is kept (no DELETE) and evicted on a retry once the budget allows."""
+    """An OnUpgrade action whose pod template (the operator's) keeps the PDB's label: the
+    drain's eviction is refused (429), the pod is kept (no DELETE) and evicted on a retry
+    once the budget allows."""
 
     clock = FakeEventClock()
+    # the operator's template keeps the PDB's label (an action's may not: apf-gateway.dev/*)
+    template = {"metadata": {"labels": {SAFE_LABEL: "false"}}}
     service = ManagerService(
-        await make_backend(),
+        await make_backend(pod_template=template),
         ServiceSettings(remove_on_exit=False, eviction_retry_seconds=5.0),
         clock=clock,
     )
     await service.start()
     try:
         service.core.register("router-1", "http://127.0.0.1:9")
-        template = {"metadata": {"labels": {SAFE_LABEL: "false"}}}
         action = ActionSpec("guest", "job", "0.0.1", "python:3.11",
-                            eviction=EvictionSafe.ON_UPGRADE, pod_template=template)  # fmt: skip
+                            eviction=EvictionSafe.ON_UPGRADE)  # fmt: skip
         grant = await service.acquire("router-1", action, count=1, known=[], allow_proxy=False)
         cid = grant.assigned[0].id
         service.core.deregister("router-1")

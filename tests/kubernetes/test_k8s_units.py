@@ -60,11 +60,26 @@ def test_options_from_the_environment(tmp_path: Path) -> None:
         ({"APF_K8S_IMAGES": "python:3.11"}, "APF_K8S_IMAGES='python:3.11': expected KIND=IMAGE"),
         ({"APF_K8S_RUNTIME_PORT": "http"}, "APF_K8S_RUNTIME_PORT='http'"),
         ({"APF_K8S_POD_TEMPLATE": "/nonexistent.yaml"}, "APF_K8S_POD_TEMPLATE"),
+        (
+            {"APF_K8S_ALLOWED_POD_TEMPLATE_FIELDS": "spec.tolerations,spec.volumes"},
+            "APF_K8S_ALLOWED_POD_TEMPLATE_FIELDS='spec.tolerations,spec.volumes': spec.volumes",
+        ),
     ],
 )
 def test_bad_options_are_named(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         K8sOptions.from_env(env)
+
+
+def test_the_pod_template_allow_list_from_the_environment_or_a_flag() -> None:
+    env = {"APF_K8S_ALLOWED_POD_TEMPLATE_FIELDS": "spec.tolerations, spec.priorityClassName"}
+    assert K8sOptions.from_env(env).allowed_pod_template_fields == {
+        "spec.tolerations",
+        "spec.priorityClassName",
+    }
+    given = K8sOptions.from_env(env, allowed_pod_template_fields="spec.nodeSelector")
+    assert given.allowed_pod_template_fields == {"spec.nodeSelector"}  # the flag wins
+    assert K8sOptions.from_env({}).allowed_pod_template_fields == frozenset()
 
 
 def test_unknown_keyword_options_are_refused() -> None:

@@ -1,4 +1,4 @@
-"""Fixtures: a platform (manager + routers, cleaned up after) and an identified client."""
+"""Fixtures: a platform (manager + routers, cleaned up after) and the front door's client."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(headers=IDENTITY, timeout=30) as c:
+async def client(platform: Platform) -> AsyncIterator[httpx.AsyncClient]:
+    """What the front door sends: the caller's identity with the internal token (routers
+    believe the identity headers only with it)."""
+    async with httpx.AsyncClient(headers={**IDENTITY, **platform.auth}, timeout=30) as c:
         yield c

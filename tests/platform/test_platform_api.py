@@ -105,15 +105,6 @@ async def test_crud_invoke_and_activations(platform: Platform, client: httpx.Asy
     assert (await invoke(client, r, "hello")).status_code == 404
 
 
-async def test_identity_headers_only_from_trusted_networks(
-    platform: Platform, client: httpx.AsyncClient
-) -> None:
-    platform.start_manager()
-    r = platform.start_router("r1", "--trusted-network", "10.9.9.9/32")
-    resp = await client.get(f"{r.url}/api/v1/namespaces/_/actions")
-    assert resp.status_code == 401 and resp.json()["error"]
-
-
 async def test_failure_paths(platform: Platform, client: httpx.AsyncClient) -> None:
     platform.start_manager()
     r = platform.start_router("r1")

@@ -102,6 +102,9 @@ async def test_openwhisk_error_texts(
         db.execute("DROP TABLE actions")
     broken = await client.get(url)
     assert openwhisk_error(broken, 500) == "There was an internal server error."
+    # a broken store is not an outage (that is 503): one log line with the reason, no traceback
+    log = (platform.root / "router-r1.log").read_text()
+    assert "no such table: actions" in log and "Traceback" not in log, log[-2000:]
 
 
 async def test_what_is_not_built_is_501(platform: Platform, client: httpx.AsyncClient) -> None:

@@ -11,6 +11,7 @@ import select
 import signal
 import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
 import threading
@@ -18,11 +19,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from platform_support import alive, recorded
 
 from gateway.cli.main import build_parser
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.store import open_store
+from tests.support.certs import issue, make_ca
 from tests.support.wait import async_wait_for, async_wait_until, wait_for
 
 
@@ -339,7 +342,7 @@ async def test_a_router_killed_mid_activation_is_restarted_and_the_activation_re
             assert "router" in record["response"]["result"]["error"]
             assert record["end"] >= record["start"]
             # so does the blocking one: both killed activations are listed, none lost
-            listed = (await client.get(up.base + "/activations?name=slow")).json()
+            listed = (await client.get(up.base + "/activations?name=slow&docs=true")).json()
             statuses = [r["response"]["status"] for r in listed]
             assert statuses == ["whisk internal error", "whisk internal error"], listed
             for victim in victims:
@@ -549,3 +552,46 @@ def test_router_and_manager_refuse_bad_settings_in_one_line() -> None:
         )
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_up_says_at_start_when_limits_bound_each_process_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the manager cannot give containers cgroups (here: a cgroup parent that cannot
+    be made, as on a host without writable cgroups), ``up`` says so with its start lines."""
+    monkeypatch.setenv("APF_LOCAL_CGROUP_PARENT", "cgroup.procs/apf-gateway")
+    up = Up(tmp_path, "--prewarm", "")
+    try:
+        warning = up.wait_for("  warning: no cgroups")
+        assert "bound each process, not the container" in warning
+        logs = up.wait_for("  logs: ")
+        assert up.lines.index(warning) < up.lines.index(logs)
+    finally:
+        assert up.stop() == 0
+
+
+def test_up_serves_the_platform_over_https(tmp_path: Path) -> None:
+    """``up --tls-cert-file/--tls-private-key-file``: the OpenWhisk API over HTTPS; a pair
+    that does not match fails at once, before anything starts."""
+    ca = make_ca(tmp_path)
+    server = issue(ca, tmp_path, "server", cn="up", ips=("127.0.0.1",), usage="server")
+    bad = start_up(free_port(), tmp_path / "bad", "--tls-cert-file", str(server.cert_file),
+                   "--tls-private-key-file", str(ca.key_file))  # fmt: skip
+    out, _ = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and b"does not match" in out, out
+    port = free_port()
+    proc = start_up(port, tmp_path, "--tls-cert-file", str(server.cert_file),
+                    "--tls-private-key-file", str(server.key_file), routers=1)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        line = proc.stdout.readline().decode() if ready else ""
+        assert line.startswith(f"apf-gateway is up: https://127.0.0.1:{port}"), line
+        uuid, _, key = DEFAULT_API_KEY.partition(":")
+        ctx = ssl.create_default_context(cafile=ca.cert_file)
+        url = f"https://127.0.0.1:{port}/api/v1/namespaces/_/actions"
+        assert httpx.get(url, auth=(uuid, key), verify=ctx, timeout=30).status_code == 200
+        assert httpx.get(url, auth=("x", "y"), verify=ctx, timeout=30).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -44,6 +45,9 @@ async def test_action_crud(store: Store) -> None:
     assert stored["exec"]["code"] == "def main(a): return a"
     assert await store.get_action("guest", "hello") == stored
     assert await store.get_action("other", "hello") is None
+    text = await store.get_action_json("guest", "hello")  # unparsed, for the router's worker
+    assert isinstance(text, str) and json.loads(text) == stored
+    assert await store.get_action_json("other", "hello") is None
     assert await store.delete_action("guest", "hello") == stored
     assert await store.get_action("guest", "hello") is None
     assert await store.delete_action("guest", "hello") is None
@@ -78,6 +82,7 @@ async def test_list_actions_newest_first_with_pages(store: Store) -> None:
     await store.put_action("other", "z", action(), overwrite=False)
     listed = await store.list_actions("guest")
     names = [doc["name"] for doc in listed]
+    assert all("code" not in doc["exec"] and doc["exec"]["kind"] for doc in listed)  # issue 21
     assert names[0] == "b"  # updated last
     assert sorted(names) == ["a", "b", "c", "d", "e"]
     # newest first; creations within one millisecond tie and are ordered by name
@@ -118,6 +123,20 @@ async def test_list_activations_filters(store: Store) -> None:
     both = await store.list_activations("guest", name="y", since=1004, limit=2)
     assert [r["start"] for r in both] == [1008, 1006]
     assert [r["activationId"] for r in await store.list_activations("other")] == ["f" * 32]
+
+
+async def test_list_activations_without_docs_drops_logs_and_result(store: Store) -> None:
+    """The database leaves the large parts out (issue 21: a listing of 100 MB results)."""
+    records = [activation(f"{i:032x}", 1000 + i) for i in range(3)]
+    await store.put_activations(records)
+    light = await store.list_activations("guest", docs=False, limit=2, skip=1)
+    expected = []
+    for record in records[1::-1]:
+        rest = {k: v for k, v in record.items() if k != "logs"}
+        rest["response"] = {k: v for k, v in record["response"].items() if k != "result"}
+        expected.append(rest)
+    assert light == expected
+    assert await store.list_activations("guest", docs=True, limit=1) == [records[2]]
 
 
 async def test_bad_activation_record_is_refused(store: Store) -> None:

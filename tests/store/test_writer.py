@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.store import ActivationWriter, Store, StoreError
+from gateway.store.outage import StoreUnavailable
 from gateway.testing import FakeEventClock
 
 from .test_store import activation
@@ -137,3 +138,38 @@ async def test_unencodable_record_is_dropped_not_retried_forever(store: Store) -
         "3" * 32,
         "1" * 32,
     ]
+
+
+async def test_records_wait_for_a_store_outage_in_a_bounded_buffer(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outage keeps at most ``max_pending`` records (the oldest dropped, counted, logged
+    once) and writes the rest once the store answers; the outage itself is not logged here
+    (``StoreUnavailable``: the store guard logged it once)."""
+    clock = FakeEventClock()
+    spy = CountingStore(store)
+    spy.fail_next = 10**6
+    dropped: list[int] = []
+    writer = ActivationWriter(spy, max_batch=2, clock=clock, max_pending=3, on_drop=dropped.append)
+
+    async def unavailable(records: list[dict[str, Any]]) -> None:
+        raise StoreUnavailable("down")
+
+    spy.put_activations = unavailable  # type: ignore[method-assign]
+    await writer.start()
+    for i in range(5):
+        writer.submit(activation(f"{i:032x}", i))
+        await settle()
+        clock.advance(1.0)
+        await settle()
+    assert writer.pending == 3 and sum(dropped) == 2
+    assert await writer.get_pending("guest", f"{0:032x}") is None  # the oldest went
+    assert await writer.get_pending("guest", f"{4:032x}") is not None
+    del spy.put_activations  # the store is back
+    spy.fail_next = 0
+    clock.advance(1.0)
+    await writer.flush()
+    assert await count(store) == 3
+    full = [r for r in caplog.records if "activation buffer full" in r.getMessage()]
+    assert len(full) == 1 and not any(r.exc_info for r in caplog.records)
+    await writer.close()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.flowcontrol.digest import RequestInfo, WorkEstimate
+from gateway.flowcontrol.queryvalues import list_options_decode, query_bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +155,15 @@ def list_seats(
     cap: int,
     now: Callable[[], float],
 ) -> int:
-    """``now``: the clock, read only if a learned count has to be checked for age."""
-    if info.verb == "watch":
-        send_initial = info.query_value("sendInitialEvents") == "true"
-        legacy = info.query_value("resourceVersion") in ("", "0")
-        if not (send_initial or legacy):
-            return config.minimum_seats
+    """``now``: the clock, read only if a learned count has to be checked for age. A watch
+    pays for a list only when it asks for its initial events (``sendInitialEvents``, read with
+    kube's bool rule): a watch-list; other watches cost the minimum, as in Kubernetes. List
+    options that do not decode (``limit=x``) get ``cap``: the request is bound to fail
+    validation, and Kubernetes charges it the maximum rather than guess."""
+    if info.query and not list_options_decode(info.query):
+        return cap
+    if info.verb == "watch" and not query_bool(info.query, "sendInitialEvents"):
+        return config.minimum_seats
     stats = tracker.get(group_resource(info), info.namespace, now)
     if stats is None:
         return config.minimum_seats

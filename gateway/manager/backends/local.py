@@ -40,6 +40,14 @@ from gateway.manager.backends.base import (
     Status,
     new_secret,
 )
+from gateway.manager.backends.cgroups import (
+    CgroupError,
+    Cgroups,
+    default_total,
+    limit_files,
+    manager_key,
+    pid_max,
+)
 from gateway.manager.backends.sandboxing import Sandbox, SandboxOptions
 from gateway.supervision import GracefulStop, StartError, StartWatch
 
@@ -83,9 +91,10 @@ class LocalProcessBackend:
         """``sandbox``: the ``--backend-option`` names of ``SandboxOptions`` (strings; they win
         over ``APF_LOCAL_<NAME>`` variables)."""
         self.sandbox = Sandbox.resolve(SandboxOptions.from_os(sandbox), python)
+        self.state_dir = Path(state_dir)
+        self.cgroups = self._cgroups()
         for note in self.sandbox.notes:
             log.warning("sandbox: %s", note)
-        self.state_dir = Path(state_dir)
         self.root = self.state_dir / "containers"
         self.root.mkdir(parents=True, exist_ok=True)
         for folder in (self.state_dir, self.root):
@@ -95,21 +104,56 @@ class LocalProcessBackend:
         self.host = host
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._uids: dict[str, int] = {}  # container id -> its uid (per-container mode)
+        self._creating: set[str] = set()  # ids whose cgroup exists before their record
+
+    def _cgroups(self) -> Cgroups | None:
+        """The manager's cgroups, or None with a note saying the limits are per process."""
+        options = self.sandbox.options
+        if options.cgroups == "off":
+            return None
+        total = options.max_processes_total or default_total(pid_max())
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            key = manager_key(self.state_dir)
+            return Cgroups.setup(options.cgroup_parent, key, total)
+        except CgroupError as exc:
+            if options.cgroups == "on":
+                raise ValueError(f"--backend-option cgroups=on: {exc}") from None
+            self.sandbox.notes.append(
+                f"no cgroups ({exc}): limits.memory, max_processes and cpus bound each "
+                "process, not the container"
+            )
+            return None
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def create(self, spec: ContainerSpec) -> ContainerHandle:
         folder = self.root / spec.id
         folder.mkdir(mode=0o700, parents=True, exist_ok=False)
-        stdout_path, stderr_path = folder / "stdout.log", folder / "stderr.log"
         secret = spec.secret or new_secret()  # never an open runtime, whoever forgot it
         runtime = ["--host", self.host, "--port", "0"]
         if spec.concurrency is not None:
             runtime += ["--concurrency", str(spec.concurrency)]
+        self._creating.add(spec.id)
+        try:
+            return await self._create(spec, folder, secret, runtime)
+        finally:
+            self._creating.discard(spec.id)
+
+    async def _create(
+        self, spec: ContainerSpec, folder: Path, secret: str, runtime: list[str]
+    ) -> ContainerHandle:
+        stdout_path, stderr_path = folder / "stdout.log", folder / "stderr.log"
         try:
             uid, gid = self.sandbox.uid_for(spec.id, set(self._uids.values()))
             workdir = self._workdir(spec.id, uid, gid)
         except (ValueError, OSError) as exc:
             shutil.rmtree(folder, ignore_errors=True)
+            raise BackendError(f"cannot prepare the sandbox: {exc}") from exc
+        try:
+            cgroups = self._cgroup_for(spec)
+        except CgroupError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(workdir, ignore_errors=True)
             raise BackendError(f"cannot prepare the sandbox: {exc}") from exc
         config = self.sandbox.config(
             host=self.host,
@@ -120,20 +164,19 @@ class LocalProcessBackend:
             memory_mb=spec.memory_mb,
             env=spec.env,
             secret=secret,
+            cgroups=cgroups,
         )
         try:
             proc = self._spawn(config, stdout_path, stderr_path)
         except BackendError:
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(workdir, ignore_errors=True)
+            self._discard(spec.id, folder, workdir)
             raise
         self._children[proc.pid] = proc
         try:
             port = await self._wait_listening(proc, stdout_path, stderr_path)
         except BaseException:  # failed, or cancelled (a manager stopping): leave nothing behind
             self._kill_now(proc.pid)
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(workdir, ignore_errors=True)
+            self._discard(spec.id, folder, workdir)
             raise
         if uid is not None and self.sandbox.per_container:
             self._uids[spec.id] = uid
@@ -150,6 +193,24 @@ class LocalProcessBackend:
         }
         self._write(folder, record)
         return self._handle(folder, record)
+
+    def _cgroup_for(self, spec: ContainerSpec) -> list[str]:
+        if self.cgroups is None:
+            return []
+        options = self.sandbox.options
+        files = limit_files(
+            self.cgroups.version,
+            memory_mb=spec.memory_mb,
+            max_processes=options.max_processes,
+            cpus=options.cpus,
+        )
+        return self.cgroups.create(spec.id, files)
+
+    def _discard(self, cid: str, folder: Path, workdir: str) -> None:
+        if self.cgroups is not None:
+            self.cgroups.remove(cid)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def _workdir(self, cid: str, uid: int | None, gid: int | None) -> str:
         """An empty directory only the container's uid may use (0700)."""
@@ -228,8 +289,11 @@ class LocalProcessBackend:
         self._forget(self.root / handle.id)
 
     def _forget(self, folder: Path) -> None:
-        """Remove a container's state and work directories (its process is gone)."""
+        """Remove a container's state and work directories and its cgroup, killing what
+        is left there (its process is gone; an orphan that left its process group is not)."""
         self._uids.pop(folder.name, None)
+        if self.cgroups is not None:
+            self.cgroups.remove(folder.name)
         with contextlib.suppress(OSError, ValueError):
             workdir = json.loads((folder / "container.json").read_text()).get("workdir")
             if workdir and Path(workdir).name.startswith(f"apf-{folder.name}-"):
@@ -273,6 +337,10 @@ class LocalProcessBackend:
                     self._uids[record["id"]] = int(record["uid"])
             else:
                 self._forget(folder)
+        if self.cgroups is not None:  # a manager that died between cgroup and record
+            live = {h.id for h in found} | self._creating
+            for stale in self.cgroups.children() - live:
+                self.cgroups.remove(stale)
         return found
 
     async def relabel(self, handle: ContainerHandle, labels: dict[str, str]) -> ContainerHandle:
@@ -300,6 +368,8 @@ class LocalProcessBackend:
     async def close(self) -> None:
         for pid in list(self._children):
             self._reap(pid)
+        if self.cgroups is not None:
+            self.cgroups.close()
 
     # ---- helpers -------------------------------------------------------------------------
     def _handle(self, folder: Path, record: dict[str, Any]) -> ContainerHandle:

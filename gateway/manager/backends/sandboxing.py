@@ -37,7 +37,11 @@ class SandboxOptions:
     python: str = ""  # the runtime's interpreter; "": this one if the uid can read it
     cpu_seconds: int = 3600  # RLIMIT_CPU over a container's life; 0: none
     max_files: int = 1024  # RLIMIT_NOFILE
-    max_processes: int = 512  # RLIMIT_NPROC (threads count), per uid
+    max_processes: int = 512  # pids.max of a container's cgroup; RLIMIT_NPROC per uid
+    max_processes_total: int = 0  # pids.max of all containers together; 0: half of pid_max
+    cpus: float = 1.0  # cpu.max of a container's cgroup, in CPUs; 0: none
+    cgroups: str = "auto"  # auto (as root, where writable) | on (required) | off
+    cgroup_parent: str = "apf-gateway"  # below each hierarchy's root, as Docker's
     workdirs: str = ""  # where work directories are made; "": the system temp dir
 
     @classmethod
@@ -70,16 +74,35 @@ class SandboxOptions:
 
 def _parse_one(name: str, value: str, source: str = "--backend-option ") -> Any:
     where = f"{source}{name}={value}"
-    if name in ("cpu_seconds", "max_files", "max_processes"):
-        if not value.isdigit() or (name != "cpu_seconds" and int(value) < 16):
+    if name in ("cpu_seconds", "max_files", "max_processes", "max_processes_total"):
+        zero = name == "max_processes_total"  # 0: the default
+        if not value.isdigit() or (
+            name != "cpu_seconds" and int(value) < 16 and not (zero and int(value) == 0)
+        ):
             raise ValueError(f"{where}: expected an integer (at least 16 for limits, 0 for none)")
         return int(value)
+    if name == "cpus":
+        try:
+            cpus = float(value)
+        except ValueError:
+            cpus = -1.0
+        if not (cpus == 0 or 0.01 <= cpus <= 1024):
+            raise ValueError(f"{where}: expected a number of CPUs (e.g. 0.5, 2; 0 for none)")
+        return cpus
+    if name == "cgroup_parent":
+        if not value.strip("/") or ".." in value.split("/"):
+            raise ValueError(f"{where}: expected a path below the cgroup root, e.g. apf-gateway")
+        return value
     if name == "uids":
         low, sep, high = value.partition("-")
         if not sep or not low.isdigit() or not high.isdigit() or not 0 < int(low) <= int(high):
             raise ValueError(f"{where}: expected FIRST-LAST, e.g. 100000-165535")
         return (int(low), int(high))
-    choices = {"network": ("none", "host"), "namespaces": ("auto", "on", "off")}
+    choices = {
+        "network": ("none", "host"),
+        "namespaces": ("auto", "on", "off"),
+        "cgroups": ("auto", "on", "off"),
+    }
     if name in choices and value not in choices[name]:
         raise ValueError(f"{where}: expected one of {list(choices[name])}")
     if name == "user" and not value:
@@ -188,6 +211,7 @@ class Sandbox:
         memory_mb: int,
         env: dict[str, str],
         secret: str,
+        cgroups: list[str] | None = None,
     ) -> dict[str, Any]:
         home = "/tmp" if self.namespaces else workdir
         base = {
@@ -208,6 +232,7 @@ class Sandbox:
             "rlimits": self.rlimits(memory_mb),
             "env": {**base, **env},
             "secret": secret,
+            "cgroups": cgroups or [],
         }
 
 

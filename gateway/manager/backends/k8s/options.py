@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from gateway.platform.podtemplate import parse_allowed
+
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_IMAGE = "ghcr.io/apf-gateway/apf-gateway:0.1.0"
 
@@ -27,9 +29,13 @@ class K8sOptions:
     owner_deployment: str | None = None  # the manager Deployment (ownerReferences)
     owner_uid: str | None = None  # its uid; looked up by name when not given
     pod_template: dict[str, Any] = field(default_factory=dict)
-    # honour actions' own podTemplate (labels, annotations, nodeSelector, tolerations,
-    # priorityClassName); false: ignore them (with a warning), only the operator's applies
+    # honour actions' own podTemplate (their labels and annotations, and the fields allowed
+    # below); false: ignore them (with a warning), only the operator's applies
     action_pod_templates: bool = True
+    # the pod template fields actions may set (gateway.platform.podtemplate); the rest of an
+    # action's template is dropped with a warning: the routers' --allow-pod-template-field
+    # refuses it at PUT, this catches documents stored before or a check bypassed
+    allowed_pod_template_fields: frozenset[str] = frozenset()
     termination_grace_seconds: int = 30
     cpu_per_gib: float = 1.0  # CPU (cores) requested per GiB of limits.memory
     start_timeout: float = 120.0
@@ -71,6 +77,7 @@ class K8sOptions:
 
 _TYPED = {
     "action_pod_templates",
+    "allowed_pod_template_fields",
     "images",
     "pod_template",
     "runtime_port",
@@ -96,6 +103,8 @@ def _parse(name: str, raw: str, source: str = "") -> Any:
             if not isinstance(doc, dict):
                 raise ValueError("the pod template file must hold a mapping")
             return doc
+        if name == "allowed_pod_template_fields":
+            return parse_allowed([raw])
         if name == "action_pod_templates":
             if raw.lower() not in ("true", "false"):
                 raise ValueError("expected true or false")

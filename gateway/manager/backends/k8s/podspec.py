@@ -4,7 +4,8 @@ Kubernetes schemas).
 From the spec's typed fields: image (the action's, else the kind's OpenWhisk image, else ours),
 memory (requests = limits), ``terminationGracePeriodSeconds`` (the action's, else the
 backend's default), the eviction policy (labels/annotations, ``eviction.py``), the pod
-template (the operator's, with the action's merged over it) and the router label. A spec not
+template (the operator's, with what the action may set of its own merged over it:
+``tenant_template``) and the router label. A spec not
 bound to an action (a stem cell: it holds no work) is rendered ``Always``; binding it
 (``relabel``) gives it the action's policy.
 
@@ -38,6 +39,7 @@ from gateway.manager.backends.k8s.eviction import (
 )
 from gateway.manager.backends.k8s.options import K8sOptions
 from gateway.platform.actions import EvictionSafe
+from gateway.platform.podtemplate import review
 
 DOMAIN = "apf-gateway.dev"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -113,6 +115,18 @@ def merge_templates(operator: dict[str, Any], action: dict[str, Any] | None) -> 
     return merged
 
 
+def tenant_template(
+    template: dict[str, Any] | None, options: K8sOptions
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """What of an action's pod template the pod gets: the rule of the action API
+    (``gateway.platform.podtemplate``) once more, for documents stored before it or a check
+    bypassed: no platform label, no field the operator did not allow."""
+    if template is None or not options.action_pod_templates:
+        return None, []
+    clean, refused = review(template, options.allowed_pod_template_fields)
+    return clean or None, refused
+
+
 def _safe(spec: ContainerSpec) -> EvictionSafe:
     if spec.eviction is not None:
         return spec.eviction
@@ -126,7 +140,7 @@ def relabel_eviction(
     """The eviction label and annotations for a pod (re)bound to the action in ``labels``."""
     action = _action(labels)
     safe = EvictionSafe(action.get("eviction") or EvictionSafe.ALWAYS.value)
-    own = action.get("podTemplate") if options.action_pod_templates else None
+    own, _ = tenant_template(action.get("podTemplate"), options)
     template = merge_templates(options.pod_template, own)
     meta = template.get("metadata") or {}
     evict = apply_eviction(safe, dict(meta.get("labels") or {}), meta.get("annotations") or {})
@@ -139,7 +153,7 @@ def render_pod(
 ) -> tuple[dict[str, Any], list[str]]:
     """``(pod body, warnings)``."""
     ignored = spec.pod_template is not None and not options.action_pod_templates
-    action_template = None if ignored else spec.pod_template
+    action_template, refused = tenant_template(spec.pod_template, options)
     template = merge_templates(options.pod_template, action_template)
     meta = template.get("metadata") or {}
     evict = apply_eviction(
@@ -188,6 +202,7 @@ def render_pod(
         ]
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     warnings = list(evict.warnings)
+    warnings += [f"{spec.id}: dropped from the action's pod template: {p}" for p in refused]
     if ignored:
         warnings.append("the action's podTemplate is ignored (action_pod_templates is false)")
     return body, warnings
