@@ -83,7 +83,7 @@ class AuthenticationMetrics(Collector):
         yield durations
         jwt = HistogramMetricFamily(
             "apiserver_authentication_jwt_authenticator_latency_seconds",
-            "Latency of jwt authentication operations in seconds. This is the time spent "
+            "[ALPHA] Latency of jwt authentication operations in seconds. This is the time spent "
             "authenticating a token for cache miss only (i.e. when the token is not found in "
             "the cache).",
             labels=["result", "jwt_issuer_hash"],
@@ -93,8 +93,8 @@ class AuthenticationMetrics(Collector):
         yield jwt
         total = CounterMetricFamily(
             f"{PREFIX}s",
-            "Total number of automatic reloads of authentication configuration split by status "
-            "and apiserver identity.",
+            "[ALPHA] Total number of automatic reloads of authentication configuration split by "
+            "status and apiserver identity.",
             labels=["apiserver_id_hash", "status"],
         )
         for status, n in self.reloads.items():
@@ -102,8 +102,8 @@ class AuthenticationMetrics(Collector):
         yield total
         last = GaugeMetricFamily(
             f"{PREFIX}_last_timestamp_seconds",
-            "Timestamp of the last automatic reload of authentication configuration split by "
-            "status and apiserver identity.",
+            "[ALPHA] Timestamp of the last automatic reload of authentication configuration "
+            "split by status and apiserver identity.",
             labels=["apiserver_id_hash", "status"],
         )
         for status, when in sorted(self.last.items()):
@@ -111,7 +111,7 @@ class AuthenticationMetrics(Collector):
         yield last
         requests = CounterMetricFamily(
             "apiserver_delegated_authn_request",
-            "Number of HTTP requests partitioned by status code.",
+            "[ALPHA] Number of HTTP requests partitioned by status code.",
             labels=["code"],
         )
         for code, n in sorted(self.webhook_requests.items()):
@@ -119,7 +119,7 @@ class AuthenticationMetrics(Collector):
         yield requests
         latency = HistogramMetricFamily(
             "apiserver_delegated_authn_request_duration_seconds",
-            "Request latency in seconds. Broken down by status code.",
+            "[ALPHA] Request latency in seconds. Broken down by status code.",
             labels=["code"],
         )
         for code, h in sorted(self.webhook_latency.items()):
