@@ -1,8 +1,9 @@
 """The access log's writer: a bounded queue the event loop appends to, drained by one thread.
 
-The event loop only appends an entry to a deque (atomic under the GIL, no lock, no wake-up
-call): formatting and writing happen in the thread, which drains the queue every
-``POLL_SECONDS`` or sooner when stopped. A full queue drops the entry and counts it, so a slow
+The event loop only puts an entry on a ``queue.SimpleQueue`` (C, no Python lock): formatting
+and writing happen in the thread, which blocks on the queue until an entry comes (no periodic
+wake-up, so an idle or disabled log costs nothing) and then takes everything queued behind it
+as one batch; ``close`` queues a stop mark. A full queue drops the entry and counts it, so a slow
 disk or a stdout pipe nobody reads never delays a request; a failed write drops its lines
 (counted, and logged once per failure streak). Each batch is written with ``os.write`` in
 pieces that end on a line, so lines are never split by other writers of the same file.
@@ -14,14 +15,13 @@ import logging
 import os
 import sys
 import threading
-from collections import deque
+from queue import Empty, SimpleQueue
 from typing import Final
 
 from gateway.accesslog.fields import CombinedFormat, Entry, JsonFormat, formatter
 
 log = logging.getLogger("gateway.accesslog")
 
-POLL_SECONDS: Final = 0.05
 STDOUT: Final = "-"
 CHUNK: Final = 64 * 1024
 
@@ -41,11 +41,10 @@ class AccessLogWriter:
         self.format: JsonFormat | CombinedFormat = formatter(format)
         self.queue_size = queue_size
         self.flush_timeout = flush_timeout
-        self.queue: deque[Entry] = deque()
+        self.queue: SimpleQueue[Entry | None] = SimpleQueue()  # None: the stop mark
         self.dropped = 0  # counted on the event loop (queue full) and in the thread (write)
         self.written = 0
         self._failing = False
-        self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()  # orders the two ``dropped`` writers
 
@@ -59,11 +58,11 @@ class AccessLogWriter:
 
     def submit(self, entry: Entry) -> None:
         """On the event loop: queue ``entry``, or drop it when the queue is full."""
-        if len(self.queue) >= self.queue_size:
+        if self.queue.qsize() >= self.queue_size:
             with self._lock:
                 self.dropped += 1
             return
-        self.queue.append(entry)
+        self.queue.put(entry)
 
     def start(self) -> None:
         if self._worker is None:
@@ -72,45 +71,62 @@ class AccessLogWriter:
 
     def close(self) -> None:
         """Write what is queued (waiting at most ``flush_timeout``), then close the file."""
-        self._stop.set()
         worker = self._worker
         if worker is not None:
+            self.queue.put(None)
             worker.join(self.flush_timeout)
             if worker.is_alive():
                 log.warning(
                     "access log: %d lines not written within %gs at shutdown",
-                    len(self.queue), self.flush_timeout,
+                    self.queue.qsize(), self.flush_timeout,
                 )  # fmt: skip
                 return  # the thread may still be writing to the descriptor
         else:
-            self._drain()
+            self._drain(None)
         os.close(self.fd)
 
     def _run(self) -> None:
+        queue = self.queue
         while True:
-            stopping = self._stop.wait(POLL_SECONDS)
-            self._drain()
-            if stopping:
+            first = queue.get()
+            if first is None:
+                self._drain(None)
+                return
+            if self._drain(first):
                 return
 
-    def _drain(self) -> None:
+    def _drain(self, entry: Entry | None) -> bool:
+        """Write ``entry`` and all queued behind it; True when the stop mark was among them."""
         queue = self.queue
-        while queue:
+        stopped = False
+        more = True
+        while more:
             lines: list[str] = []
             size = 0
-            while queue and size < CHUNK:
-                entry = queue.popleft()
+            while size < CHUNK:
+                if entry is None:
+                    try:
+                        entry = queue.get_nowait()
+                    except Empty:
+                        more = False
+                        break
+                    if entry is None:
+                        stopped = True
+                        continue
                 try:
                     line = self.format(entry)
                 except Exception:
                     log.exception("access log: an entry could not be formatted")
                     self._drop(1)
+                    entry = None
                     continue
+                entry = None
                 lines.append(line)
                 size += len(line) + 1
             if lines:
                 lines.append("")
                 self._write("\n".join(lines).encode("utf-8", "replace"), len(lines) - 1)
+        return stopped
 
     def _write(self, data: bytes, count: int) -> None:
         try:

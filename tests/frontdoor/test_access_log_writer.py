@@ -39,12 +39,12 @@ def test_a_stalled_reader_drops_lines_and_never_blocks_submit() -> None:
     writer.start()
     try:
         writer.submit(_entry(0))
-        wait_until(lambda: not writer.queue, what="the writer to take the first line")
+        wait_until(writer.queue.empty, what="the writer to take the first line")
         # The writer is stuck in write(); the queue fills to its bound, then every further
         # line is dropped and counted, and submit() returns at once each time.
         for n in range(1, 1011):
             writer.submit(_entry(n))
-        assert len(writer.queue) == 10
+        assert writer.queue.qsize() == 10
         assert writer.dropped >= 900 and writer.written == 0
     finally:
         drained = threading.Thread(target=_read_all, args=(read_end,), daemon=True)
