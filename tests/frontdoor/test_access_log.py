@@ -246,3 +246,24 @@ def test_combined_format_to_a_file_flushed_on_sigterm(
         assert m["agent"] == "say \\x22hi\\x22"
         assert re.match(r"^\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000$", m["time"])
         assert QUERY_SECRET not in path.read_text() and TOKEN not in path.read_text()
+
+
+def test_protocol_is_h2_for_http2_streams_and_websocket_for_websockets(
+    tmp_path: Path, upstream: ServerThread
+) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for serve in _serve(tmp_path, upstream, "--http2-prior-knowledge"):
+        with httpx.Client(base_url=serve.url, http1=False, http2=True, timeout=15) as client:
+            r = client.get("/api/v1/echo", headers=auth)
+        assert r.status_code == 200 and r.http_version == "HTTP/2"
+        assert _by_id(serve, r.headers["x-request-id"])["protocol"] == "h2"
+        # a websocket handshake without credentials: refused with 401, and logged as such
+        ws = httpx.get(
+            serve.url + "/api/v1/echo",
+            headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "X-Request-Id": "ws-1",
+                     "Authorization": "Bearer no"},
+        )  # fmt: skip
+        assert ws.status_code == 401 and ws.headers["x-request-id"] == "ws-1"
+        line = _by_id(serve, "ws-1")
+        assert (line["protocol"], line["status"]) == ("websocket", 401)
