@@ -25,7 +25,8 @@ class Entry:
 
     def __init__(
         self,
-        started: float,  # wall clock (time.time) when the request reached the front door
+        started: float,  # when the request reached the front door: perf_counter on the loop,
+        # turned into wall-clock time by the writer thread before formatting
         duration: float,  # seconds until the response was complete
         request_id: bytes,
         scope: Scope,

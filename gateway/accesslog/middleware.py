@@ -67,7 +67,6 @@ class RequestLog:
         if not self.enabled:
             await app(scope, receive, _adding_id(send, name, rid))
             return
-        started_wall = time.time()
         started = time.perf_counter()
         status = 0
         bytes_in = 0
@@ -111,7 +110,7 @@ class RequestLog:
                 status = 500 if failed else CLIENT_CLOSED
             self.submit(
                 Entry(
-                    started_wall, time.perf_counter() - started, rid, scope, status, bytes_in,
+                    started, time.perf_counter() - started, rid, scope, status, bytes_in,
                     bytes_out,
                 )
             )  # fmt: skip

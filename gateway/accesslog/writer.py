@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from queue import Empty, SimpleQueue
 from typing import Final
 
@@ -100,6 +101,9 @@ class AccessLogWriter:
         queue = self.queue
         stopped = False
         more = True
+        # Entries carry perf_counter readings (one clock call fewer on the event loop); one
+        # offset per batch turns them into wall-clock time.
+        wall = time.time() - time.perf_counter()
         while more:
             lines: list[str] = []
             size = 0
@@ -113,6 +117,7 @@ class AccessLogWriter:
                     if entry is None:
                         stopped = True
                         continue
+                entry.started += wall
                 try:
                     line = self.format(entry)
                 except Exception:

@@ -5,9 +5,11 @@ is written at close. Plus the request ID rule and the redaction of query strings
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ def _entry(n: int) -> Entry:
         "type": "http", "http_version": "1.1", "method": "GET", "path": f"/x/{n}",
         "query_string": b"", "headers": [], "client": ("127.0.0.1", 1),
     }  # fmt: skip
-    return Entry(time.time(), 0.001, b"id-%d" % n, scope, 200, 0, 2)
+    return Entry(time.perf_counter(), 0.001, b"id-%d" % n, scope, 200, 0, 2)
 
 
 def test_a_stalled_reader_drops_lines_and_never_blocks_submit() -> None:
@@ -129,3 +131,17 @@ def test_settings_are_validated() -> None:
         assert f"c.yaml: document 1: {field}" in text, text
     with pytest.raises(SettingsError, match=r"accessLog\.format: must be one of 'json'"):
         build_settings([("c.yaml", 1, {**doc, "accessLog": {"format": "common"}})])
+
+
+def test_entries_carry_perf_counter_times_and_lines_carry_wall_clock_time(tmp_path: Path) -> None:
+    path = tmp_path / "access.log"
+    writer = AccessLogWriter.open(str(path), format="json", queue_size=10, flush_timeout=5)
+    writer.start()
+    before = time.time()
+    writer.submit(_entry(0))  # started: a perf_counter reading, as RequestLog takes it
+    writer.close()
+    after = time.time()
+    (line,) = path.read_text().splitlines()
+    logged = datetime.strptime(json.loads(line)["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds = logged.replace(tzinfo=UTC).timestamp()
+    assert int(before * 1000) / 1000 <= seconds <= after
