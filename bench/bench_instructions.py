@@ -14,6 +14,9 @@ the gateway process's own instructions, divided by the requests.
 Variants:
 - ``apf-off``: the max-in-flight filter;
 - ``apf-on``: the suggested configuration;
+- ``apf-on, access log off`` (trees that have the access log, which is on by default and
+  writes to the benchmark's log file): the difference to ``apf-on`` is what the access log
+  costs;
 - ``apf-on, no PF headers``: a measurement-only copy of the tree whose proxy does not add the
   two ``X-Kubernetes-PF-*`` response headers (not a shipped option: Kubernetes always sends
   them). The difference to ``apf-on`` is what the two headers cost in the server's response
@@ -85,11 +88,14 @@ def variants_of(
 ) -> tuple[tuple[str, Path, tuple[str, ...]], ...]:
     """(name, tree, extra server arguments) of the three variants measured for ``tree``."""
     bare = without_pf_headers(tree, bare_dest)
-    return (
+    variants: tuple[tuple[str, Path, tuple[str, ...]], ...] = (
         ("apf-off", tree, (*OFF, *impl)),
         ("apf-on", tree, impl),
         ("apf-on, no PF headers", bare, impl),
     )
+    if (tree / "gateway" / "accesslog").is_dir():  # a tree with the access log (on by default)
+        variants += (("apf-on, access log off", tree, (*impl, "--access-log=false")),)
+    return variants
 
 
 def compile_checkout(checkout: Path, dest: Path) -> Path:

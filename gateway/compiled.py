@@ -30,6 +30,10 @@ COMPILED_MODULES = (
     "gateway/asgi/context.py",
     "gateway/asgi/workestimate.py",
     "gateway/asgi/flowcontrol.py",
+    "gateway/accesslog/requestid.py",
+    "gateway/accesslog/fields.py",
+    "gateway/accesslog/middleware.py",
+    "gateway/accesslog/writer.py",
 )
 
 

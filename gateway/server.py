@@ -1,8 +1,8 @@
 """Production wiring: settings -> one ASGI app (the only place that knows every component).
 
-Stack, outermost first: lifespan, health probes (never queued), admission (APF or the
-max-in-flight filter; both authenticate and describe), local endpoints (/metrics, debug dumps),
-reverse proxy.
+Stack, outermost first: lifespan, canonical path, request ID and access log, health probes
+(never queued), admission (APF or the max-in-flight filter; both authenticate and describe),
+local endpoints (/metrics, debug dumps), reverse proxy.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from gateway.accesslog.fields import formatter
+from gateway.accesslog.middleware import RequestLog
+from gateway.accesslog.writer import AccessLogWriter
 from gateway.apfstack import build_controller, build_flow_control
 from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.credentials import read_bearer_token
@@ -180,6 +183,15 @@ class Gateway:
         # fake clock drives both), else on the loop's.
         self.proxy.websockets.clock = self.clock or AsyncioEventClock(self.loop)
         self.health = HealthEndpoints(self.admission, lifecycle=self.lifecycle)
+        a = settings.access_log
+        self.access_log = AccessLogWriter.open(
+            a.path, format=a.format, queue_size=a.queue_size, flush_timeout=a.flush_timeout
+        )
+        self.metrics.access_log = self.access_log
+        self.request_log = RequestLog(
+            self.health, submit=self.access_log.submit, header=settings.request_id_header,
+            enabled=a.enabled,
+        )  # fmt: skip
         self.on_startup = on_startup or []
         self.background: list[asyncio.Task[Any]] = []
         self.reloader: Reloader | None = None
@@ -257,6 +269,8 @@ class Gateway:
             self.endpoints.prepare(
                 debug_groups=new.debug_allowed_groups, metrics_groups=new.metrics_allowed_groups
             ),
+            self.request_log.prepare(header=new.request_id_header, enabled=new.access_log.enabled),
+            assign(self.access_log, format=formatter(new.access_log.format)),
             # new client connections read these; open ones keep theirs
             assign(self.client_limits, settings=new.client),
             assign(self, settings=new),
@@ -267,6 +281,10 @@ class Gateway:
             for field in RESTART_ONLY:
                 if getattr(new, field) != getattr(self.running_since_start, field):
                     log.warning("%s changed; it takes effect after a restart", field)
+            before = self.running_since_start.access_log
+            for field in ("path", "queue_size"):
+                if getattr(new.access_log, field) != getattr(before, field):
+                    log.warning("access_log.%s changed; it takes effect after a restart", field)
             if _wants_certs(new) and not self.client_limits.peer_certificates:
                 log.warning("client CA files added; the listener asks for certificates after "
                             "a restart")  # fmt: skip
@@ -304,12 +322,23 @@ class Gateway:
             try:
                 scope = canonicalize(scope)
             except BadPath as exc:
-                await send_refused(scope, http_send(scope, send), exc, self.error_format)
+                await self.request_log.serve(
+                    _RefusePath(exc, self.error_format), scope, receive, send
+                )
                 return
-            prefetch = self.describer.authenticator.prefetch
-            if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
-                await prefetch(scope)
-        await self.health(scope, receive, send)  # the probes; everything else goes to admission
+            # the probes; everything else goes to admission
+            if self.describer.authenticator.prefetch is not None:
+                await self.request_log.serve(self._prefetched, scope, receive, send)
+            else:
+                await self.request_log.serve(self.health, scope, receive, send)
+            return
+        await self.health(scope, receive, send)
+
+    async def _prefetched(self, scope: Scope, receive: Receive, send: Send) -> None:
+        prefetch = self.describer.authenticator.prefetch
+        if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
+            await prefetch(scope)
+        await self.health(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -323,6 +352,7 @@ class Gateway:
                     return
                 if self.flow_control is not None:
                     self.flow_control.start()  # borrowing needs the running loop's clock
+                self.access_log.start()
                 self.lifecycle.phase = Phase.READY
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -335,8 +365,22 @@ class Gateway:
                     await self.reloader.stop()
                 await self.transport.aclose()
                 await self.proxy.websockets.aclose()
+                # every request is over: write what is queued (bounded by flushTimeout)
+                await asyncio.to_thread(self.access_log.close)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+class _RefusePath:
+    """The answer to a path that cannot be made canonical: 400 (for a websocket, the same
+    answer through ``http_send``), inside the request log."""
+
+    def __init__(self, exc: BadPath, error_format: Callable[[str], str] | None) -> None:
+        self.exc = exc
+        self.error_format = error_format
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_refused(scope, http_send(scope, send), self.exc, self.error_format)
 
 
 def _wants_certs(settings: GatewaySettings) -> bool:

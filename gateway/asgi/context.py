@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway.flowcontrol.digest import RequestDigest
+from gateway.flowcontrol.controller import Classification
+from gateway.flowcontrol.digest import UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.http.types import Scope
 
 CONTEXT_KEY: Final = "gateway.request"
@@ -22,7 +23,10 @@ class RequestContext:
     """``digest.long_running`` is Kubernetes' meaning (watches included: the proxy gives them
     their own connection pool); ``digest.bypasses_flow_control`` is the non-watch part."""
 
-    __slots__ = ("deadline_passed", "digest", "response_headers", "response_started")
+    __slots__ = (
+        "apf", "apf_reason", "classification", "deadline_passed", "digest", "queue_wait",
+        "response_headers", "response_started", "upstream_seconds", "work",
+    )  # fmt: skip
 
     def __init__(self, digest: RequestDigest) -> None:
         self.digest = digest
@@ -34,6 +38,16 @@ class RequestContext:
         # (``gateway.asgi.deadline``): at the deadline, a 504 or a closed connection.
         self.response_started = False
         self.deadline_passed = False
+        # What admission decided, for the access log (read once the response is done).
+        # apf: "executed", "queued" (then executed), "rejected" (apf_reason says why),
+        # "bypassed" (long-running, not flow controlled), "" (no admission decision).
+        self.apf = ""
+        self.apf_reason = ""
+        self.classification: Classification | None = None
+        self.work: WorkEstimate = UNIT_WORK
+        self.queue_wait = 0.0
+        # Seconds from sending upstream to the response headers (or the failure); -1: none.
+        self.upstream_seconds = -1.0
 
 
 def request_context(scope: Scope) -> RequestContext | None:

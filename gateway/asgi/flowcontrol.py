@@ -280,11 +280,14 @@ class FlowControlMiddleware:
             if kind == "http":
                 await self._queued(started, scope, receive, send)
                 return
+            queued_at = self.controller.clock.now()
             try:
                 admission = await started.wait()
             except Rejected as rejected:
+                _waited(scope, self.controller.clock.now() - queued_at, rejected)
                 await self._reject(scope, send, rejected)
                 return
+            _waited(scope, self.controller.clock.now() - queued_at, None)
             await self._run(admission, scope, receive, send)
         elif isinstance(started, Rejected):
             await self._reject(scope, send, started)
@@ -302,17 +305,28 @@ class FlowControlMiddleware:
             digest = self.describer.describe(scope)
         except RequestRefused as exc:
             return exc
-        scope[CONTEXT_KEY] = RequestContext(digest)
+        context = scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.bypasses_flow_control:
+            context.apf = "bypassed"
             return None
         controller = self.controller
         classification = controller.classify(digest)
         work = self.estimator(digest, classification, scope)
+        context.classification = classification
+        context.work = work
         verb = digest.info.verb
-        return try_start(
+        started = try_start(
             controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,
             watch=verb == "watch", wait_limit=self._wait_limit,
         )  # fmt: skip
+        if isinstance(started, Admission):
+            context.apf = "executed"
+        elif isinstance(started, Waiter):
+            context.apf = "queued"
+        else:
+            context.apf = "rejected"
+            context.apf_reason = started.reason
+        return started
 
     def _inner(self, scope: Scope) -> ASGIApp:
         """The app to run now: the inner app's choice for this request, when it offers one."""
@@ -382,6 +396,8 @@ class FlowControlMiddleware:
 
     async def _queued(self, waiter: Waiter, scope: Scope, receive: Receive, send: Send) -> None:
         """Wait for a seat while watching the client; a client that leaves leaves the queue."""
+        now = self.controller.clock.now
+        queued_at = now()
         ahead = ReadAhead(self.read_ahead)
         entering = asyncio.ensure_future(waiter.wait())
         listener = asyncio.ensure_future(ahead.listen(receive, has_body(scope)))
@@ -396,12 +412,15 @@ class FlowControlMiddleware:
             listener.cancel()
             if not entering.done():  # the client went away while queued
                 await _abandon(waiter, entering, listener)
+                _waited(scope, now() - queued_at, "cancelled")
                 return
             try:
                 admission = entering.result()
             except Rejected as rejected:
+                _waited(scope, now() - queued_at, rejected)
                 await self._reject(scope, send, rejected)
                 return
+            _waited(scope, now() - queued_at, None)
             await self._run(admission, scope, functools.partial(ahead.replay, receive), send)
         finally:
             ahead.release()
@@ -421,6 +440,16 @@ class FlowControlMiddleware:
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
             priority_level=rejected.classification.priority_level, reason=rejected.reason,
         )  # fmt: skip
+
+
+def _waited(scope: Scope, seconds: float, rejected: Rejected | str | None) -> None:
+    """Record a queued request's wait, and its rejection if it was rejected, for the log."""
+    context = scope[CONTEXT_KEY]
+    assert isinstance(context, RequestContext)
+    context.queue_wait = seconds
+    if rejected is not None:
+        context.apf = "rejected"
+        context.apf_reason = rejected if isinstance(rejected, str) else rejected.reason
 
 
 def _encoded(headers: Iterable[tuple[bytes, bytes]]) -> bool:

@@ -74,14 +74,17 @@ class MaxInFlightMiddleware:
         except RequestRefused as exc:
             await send_refused(scope, http_send(scope, send), exc, self.error_format)
             return
-        scope[CONTEXT_KEY] = RequestContext(digest)
+        context = scope[CONTEXT_KEY] = RequestContext(digest)
         if digest.long_running or PRIVILEGED_GROUP in digest.user.groups:
+            context.apf = "bypassed"
             await self.app(scope, receive, send)
             return
         request_kind = "readOnly" if digest.info.is_read_only else "mutating"
         limit = self.limits[request_kind]
         counter = self.inflight[request_kind]
         if limit and counter.current >= limit:
+            context.apf = "rejected"
+            context.apf_reason = "max-in-flight"
             if self.on_reject:
                 self.on_reject(request_kind)
             send = http_send(scope, send)  # a websocket handshake gets the same 429
@@ -91,6 +94,7 @@ class MaxInFlightMiddleware:
                 return
             await send_too_many_requests(send, 1, status_body=self.status_body)
             return
+        context.apf = "executed"
         counter.roll(int(self.now()))
         counter.add(1)
         counted = True

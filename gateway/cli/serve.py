@@ -332,6 +332,36 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "adds them; exact: only the --config objects, plus the mandatory ones",
     ),
     (
+        "--access-log",
+        "accessLog.enabled",
+        "BOOL",
+        "one line per request (default true), written off the event loop; full queue: dropped",
+    ),
+    (
+        "--access-log-format",
+        "accessLog.format",
+        "json|combined",
+        "access log lines: JSON (default) or nginx's combined format",
+    ),
+    (
+        "--access-log-path",
+        "accessLog.path",
+        "FILE",
+        "where access log lines go: - for standard output (default) or a file; needs a restart",
+    ),
+    (
+        "--access-log-queue-size",
+        "accessLog.queueSize",
+        "N",
+        "lines waiting to be written; more are dropped and counted (default 10000)",
+    ),
+    (
+        "--request-id-header",
+        "requestIDHeader",
+        "NAME",
+        "request ID header: kept from the client when safe, else generated (default X-Request-Id)",
+    ),
+    (
         "--max-config-bytes",
         "maxConfigBytes",
         "N",
@@ -368,6 +398,7 @@ INT_FLAGS = {
     "initialWindowSize",
     "maxResetStreams",
     "maxControlFrames",
+    "queueSize",
 }
 LIST_FLAGS = {
     "debugAllowedGroups",

@@ -40,6 +40,16 @@ class ClosedConnections(Protocol):
     def closed(self) -> Mapping[str, int]: ...  # connections closed, by reason
 
 
+class AccessLogCounts(Protocol):
+    """What is read of the access log's writer (``accesslog.writer.AccessLogWriter``)."""
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+
 class QueuedBodies(Protocol):
     """What is read of the queued requests' read-ahead (``asgi.readahead.ReadAheadBudget``)."""
 
@@ -83,6 +93,7 @@ class FrontDoorMetrics(Collector):
         self.maxinflight: InFlightWatermarks | None = None
         self.maxinflight_rejected = {"readOnly": 0, "mutating": 0}
         self.client: ClosedConnections | None = None
+        self.access_log: AccessLogCounts | None = None
         self.read_ahead: QueuedBodies | None = None
 
     # Hot-path hooks ---------------------------------------------------------------------
@@ -147,6 +158,18 @@ class FrontDoorMetrics(Collector):
                 "timeouts may reset one stream).",
                 "reason", self.client.closed,
             )  # fmt: skip
+        if self.access_log is not None:
+            yield CounterMetricFamily(
+                "gateway_access_log_lines",
+                "Access log lines written.",
+                value=self.access_log.written,
+            )
+            yield CounterMetricFamily(
+                "gateway_access_log_dropped_lines",
+                "Access log lines dropped: the queue was full (the writer fell behind) or a "
+                "write failed.",
+                value=self.access_log.dropped,
+            )
         if self.read_ahead is not None:
             yield from _read_ahead(self.read_ahead)
         if self.maxinflight is not None:

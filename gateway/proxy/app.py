@@ -224,8 +224,11 @@ class ProxyApp:
             assert isinstance(exc, UpstreamError)
             await self._failed(route, exc, started, scope, send)
             return
+        elapsed = time.perf_counter() - started
+        if context is not None:
+            context.upstream_seconds = elapsed
         if self.observe:
-            self.observe(route.url, "", time.perf_counter() - started)
+            self.observe(route.url, "", elapsed)
         # While the body still streams (the upstream answered early), its iterator is the one
         # reader of ``receive`` and notices a client that leaves; a second reader would steal
         # body chunks.
@@ -251,8 +254,12 @@ class ProxyApp:
         self, route: UpstreamRoute, exc: UpstreamError, started: float, scope: Scope, send: Send
     ) -> None:
         """The answer to a request its upstream did not answer: 502 or 504."""
+        elapsed = time.perf_counter() - started
+        context = request_context(scope)
+        if context is not None:
+            context.upstream_seconds = elapsed
         if self.observe:
-            self.observe(route.url, exc.kind, time.perf_counter() - started)
+            self.observe(route.url, exc.kind, elapsed)
         code = exc.status
         if route.error_format == OPENWHISK:  # no internal address in a platform's answer
             await send_openwhisk_error(

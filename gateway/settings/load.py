@@ -213,6 +213,7 @@ def _validate(s: GatewaySettings, errors: list[str]) -> None:
         errors.append("proxy.websocket.pingInterval: must not be negative")
     _validate_client(s, errors)
     _validate_tls(s, errors)
+    _validate_access_log(s, errors)
     try:
         parse_cidrs(s.authentication.request_header.allowed_cidrs)
     except ValueError as exc:
@@ -353,3 +354,19 @@ def _validate_tls(s: GatewaySettings, errors: list[str]) -> None:
     rh = auth.request_header
     if rh.allowed_names and not rh.client_ca_file:
         errors.append("authentication.requestHeader.allowedNames: needs clientCAFile")
+
+
+# RFC 9110 section 5.6.2: a field name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def _validate_access_log(s: GatewaySettings, errors: list[str]) -> None:
+    a = s.access_log
+    if not a.path:
+        errors.append('accessLog.path: must not be empty ("-" is standard output)')
+    if not 1 <= a.queue_size <= 1_000_000:
+        errors.append("accessLog.queueSize: must be between 1 and 1000000")
+    if a.flush_timeout <= 0:
+        errors.append("accessLog.flushTimeout: must be positive")
+    if not _TOKEN.match(s.request_id_header):
+        errors.append(f"requestIDHeader: must be an HTTP header name, got {s.request_id_header!r}")

@@ -199,6 +199,22 @@ class TLSSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessLogSettings:
+    """One line per request (docs/frontdoor.md, "Access log"), written by a background thread
+    from a bounded queue: a full queue drops lines (counted), never delays a request."""
+
+    enabled: bool = True
+    # "json": one JSON object per line; "combined": nginx's combined format.
+    format: Literal["json", "combined"] = "json"
+    # "-": standard output; otherwise a file, opened for appending. Needs a restart.
+    path: str = "-"
+    # Lines waiting for the writer; beyond it lines are dropped. Needs a restart.
+    queue_size: int = 10000
+    # At shutdown, how long the writer may take to write what is queued.
+    flush_timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkEstimateRuleSettings:
     """One rule: requests that match get these seats (or, with ``adaptive``, learned ones)."""
 
@@ -273,6 +289,10 @@ class GatewaySettings:
     max_config_errors: int = DEFAULT_MAX_ERRORS
     client: ClientSettings = field(default_factory=ClientSettings)
     tls: TLSSettings = field(default_factory=TLSSettings)
+    access_log: AccessLogSettings = field(default_factory=AccessLogSettings)
+    # The request ID header: a client's safe value is kept, else one is generated; it goes
+    # upstream, back on every response and into the access log.
+    request_id_header: str = field(default="X-Request-Id", metadata={"yaml": "requestIDHeader"})
 
     @property
     def server_concurrency_limit(self) -> int:

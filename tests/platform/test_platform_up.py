@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import select
 import signal
@@ -478,6 +479,38 @@ def test_port_0_serves_on_the_printed_port(tmp_path: Path) -> None:
         assert port != 0
         livez = httpx.get(f"http://127.0.0.1:{port}/livez", timeout=5)
         assert livez.status_code == 200
+    finally:
+        assert up.stop() == 0
+
+
+def test_the_front_door_log_has_the_access_log(tmp_path: Path) -> None:
+    up = Up(tmp_path, "--prewarm", "")
+    try:
+        uuid, _, key = DEFAULT_API_KEY.partition(":")
+        listed = httpx.get(
+            up.base + "/actions", auth=(uuid, key), headers={"X-Request-Id": "up-req-1"}, timeout=30
+        )
+        assert listed.status_code == 200 and listed.headers["x-request-id"] == "up-req-1"
+        refused = httpx.get(up.base + "/actions", auth=(uuid, "wrong"), timeout=30)
+        assert refused.status_code == 401 and refused.headers["x-request-id"]
+        log = tmp_path / "logs" / "front-door.log"
+
+        def line(rid: str) -> dict[str, object] | None:
+            for text in log.read_text().splitlines():
+                if text.startswith("{") and f'"requestID":"{rid}"' in text:
+                    return dict(json.loads(text))
+            return None
+
+        ok = wait_for(lambda: line("up-req-1"), 10, "the request's line in front-door.log")
+        assert (ok["user"], ok["status"], ok["path"]) == (
+            "guest",
+            200,
+            "/api/v1/namespaces/_/actions",
+        )
+        assert ok["apf"] == "executed" and ok["upstreamSeconds"] is not None
+        denied = wait_for(lambda: line(refused.headers["x-request-id"]), 10, "the 401's line")
+        assert denied["status"] == 401 and denied["user"] is None
+        assert key not in log.read_text()  # the API key never reaches the log
     finally:
         assert up.stop() == 0
 

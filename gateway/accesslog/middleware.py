@@ -1,0 +1,133 @@
+"""``RequestLog``: the front door's outermost request layer: the request ID, then one access
+log entry per request, whatever answered it (the proxy, or the gateway's own 400, 401, 403,
+404, 429, 502, 504).
+
+On the event loop it only counts bytes, keeps the status, and appends an entry to the
+writer's queue when the request is over; everything else (formatting, redaction, writing)
+happens in the writer's thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from gateway.accesslog.fields import Entry
+from gateway.accesslog.requestid import request_id
+from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.reconfigure import Swap, assign
+
+# Logged when no response was sent because the client left first (nginx's 499).
+CLIENT_CLOSED = 499
+Headers = list[tuple[bytes, bytes]]
+# The messages that start a response (a refused websocket handshake's HTTP answer included).
+_HTTP_STARTS = frozenset({"http.response.start", "websocket.http.response.start"})
+_STARTS = _HTTP_STARTS | {"websocket.accept"}
+
+
+def header_name(name: str) -> bytes:
+    return name.lower().encode("latin-1")
+
+
+def with_id(headers: Headers, name: bytes, value: bytes) -> Headers:
+    """``headers`` with ``name`` set to ``value`` only (an upstream's own value is replaced:
+    the client gets the ID the gateway forwarded and logged)."""
+    out = [h for h in headers if h[0] != name]
+    out.append((name, value))
+    return out
+
+
+class RequestLog:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        submit: Callable[[Entry], None],
+        header: str = "X-Request-Id",
+        enabled: bool = True,
+    ) -> None:
+        self.app = app
+        self.submit = submit
+        self.header = header_name(header)
+        self.enabled = enabled
+
+    def prepare(self, *, header: str, enabled: bool) -> Swap:
+        return assign(self, header=header_name(header), enabled=enabled)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.serve(self.app, scope, receive, send)
+
+    async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run ``app`` for one http or websocket request."""
+        name = self.header
+        headers: Headers = scope["headers"]
+        rid, kept = request_id(headers, name)
+        if not kept:  # forwarded upstream with the request's other headers
+            scope["headers"] = with_id(headers, name, rid)
+        if not self.enabled:
+            await app(scope, receive, _adding_id(send, name, rid))
+            return
+        started = time.perf_counter()
+        status = 0
+        bytes_in = 0
+        bytes_out = 0
+
+        async def send_logged(message: Message) -> None:
+            nonlocal status, bytes_out
+            kind = message["type"]
+            if kind == "http.response.body":
+                bytes_out += len(message.get("body", b""))
+            elif kind in _HTTP_STARTS:
+                status = message["status"]
+                message["headers"] = with_id(message.get("headers", []), name, rid)
+            elif kind == "websocket.send":
+                bytes_out += _frame_size(message)
+            elif kind == "websocket.http.response.body":  # a refused handshake's HTTP answer
+                bytes_out += len(message.get("body", b""))
+            elif kind == "websocket.accept":
+                status = 101
+                message["headers"] = with_id(message.get("headers", []), name, rid)
+            elif kind == "websocket.close" and not status:
+                status = 403  # closed before the handshake was accepted
+            await send(message)
+
+        async def receive_counted() -> Message:
+            nonlocal bytes_in
+            message = await receive()
+            kind = message["type"]
+            if kind == "http.request":
+                bytes_in += len(message.get("body", b""))
+            elif kind == "websocket.receive":
+                bytes_in += _frame_size(message)
+            return message
+
+        failed = True
+        try:
+            await app(scope, receive_counted, send_logged)
+            failed = False
+        finally:
+            if not status:
+                status = 500 if failed else CLIENT_CLOSED
+            self.submit(
+                Entry(
+                    started, time.perf_counter() - started, rid, scope, status, bytes_in,
+                    bytes_out,
+                )
+            )  # fmt: skip
+
+
+def _adding_id(send: Send, name: bytes, rid: bytes) -> Callable[[Message], Awaitable[None]]:
+    async def send_with_id(message: Message) -> None:
+        if message["type"] in _STARTS:
+            message["headers"] = with_id(message.get("headers", []), name, rid)
+        await send(message)
+
+    return send_with_id
+
+
+def _frame_size(message: Message) -> int:
+    data = message.get("bytes")
+    if data is not None:
+        return len(data)
+    text = message.get("text")
+    return len(text.encode("utf-8")) if text is not None else 0
