@@ -152,7 +152,7 @@ def test_new_settings_have_flags() -> None:
 
 # What the proxy adds itself; anything else the upstream sees must come from the client.
 ADDED = {"host", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-remote-user",
-         "x-remote-group"}  # fmt: skip
+         "x-remote-group", "x-request-id"}  # fmt: skip
 FRAMING = {"content-length", "transfer-encoding"}
 
 
