@@ -75,6 +75,8 @@ INTERPRETED_IMPORTS = {
     "gateway.flowcontrol.objects", "gateway.flowcontrol.retry_after",
     "gateway.flowcontrol.workestimate", "gateway.flowcontrol.workestimate.adaptive",
     "gateway.flowcontrol.workestimate.rules", "gateway.http.types", "gateway.http.websocket",
+    # the access log's redaction runs in its writer thread, once per logged line
+    "gateway.accesslog.redact",
     "gateway.settings.model", "gateway.reconfigure",
     # queued requests only (read-ahead budget, body framing), after a burst (trim), one list
     # response per collection and interval (list counting)

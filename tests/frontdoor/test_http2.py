@@ -353,14 +353,23 @@ def test_pings_do_not_keep_a_connection_without_requests_open(
 
 
 def test_unfinished_header_block_is_cut_by_the_header_timeout(
-    gw: ServerThread, client: H2Client
+    upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
-    assert response(client, client.request("/echo"))[0] == 200  # past the first request
-    block = client.conn.encoder.encode([(b":method", b"GET"), (b":path", b"/echo"),
-                                        (b":scheme", b"http"), (b":authority", b"x")])  # fmt: skip
-    client.sock.sendall(_frame(0x1, 0, 3, block))  # HEADERS without END_HEADERS, then nothing
-    assert client.goaway().error_code == ErrorCodes.NO_ERROR
-    assert closed(gw, "header_timeout") == 1
+    # The idle (keep-alive) timeout is made long, so that on a loaded machine it cannot win
+    # the race with the header timeout this test is about.
+    gateways.append(h2c(upstream, client={"keepAliveTimeout": 60}))
+    gw = gateways[-1]
+    client = H2Client(gw.port)
+    try:
+        assert response(client, client.request("/echo"))[0] == 200  # past the first request
+        head = [(b":method", b"GET"), (b":path", b"/echo"), (b":scheme", b"http"),
+                (b":authority", b"x")]  # fmt: skip
+        block = client.conn.encoder.encode(head)
+        client.sock.sendall(_frame(0x1, 0, 3, block))  # HEADERS without END_HEADERS, then nothing
+        assert client.goaway().error_code == ErrorCodes.NO_ERROR
+        wait_until(lambda: closed(gw, "header_timeout") == 1, what="the header-timeout close")
+    finally:
+        client.close()
 
 
 def test_shutdown_sends_goaway_and_lets_running_streams_finish(
