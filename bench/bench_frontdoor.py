@@ -61,16 +61,28 @@ http {{
     scgi_temp_path {dir};
     upstream up {{ server 127.0.0.1:{upstream}; keepalive 64; }}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{listen_tls};{server_tls}
         location / {{
             proxy_pass http://up;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;{location_tls}
         }}
     }}
 }}
 """
+
+# What bench_tls.py's nginx adds: HTTPS with the gateway's certificate, keep-alive held open.
+NGINX_TLS = {
+    "listen_tls": " ssl",
+    "server_tls": """
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        keepalive_requests 1000000;""",
+    "location_tls": """
+            proxy_set_header X-Forwarded-Proto https;""",
+}
 
 
 def free_port() -> int:
@@ -121,10 +133,14 @@ def process(args: list[str], port: int, tree: Path = ROOT) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def nginx(port: int, upstream: int) -> Iterator[None]:
-    d = tempfile.mkdtemp(prefix="bench-nginx-")
+def nginx(port: int, upstream: int, tls: tuple[Path, Path] | None = None) -> Iterator[None]:
+    """nginx with one worker proxying to ``upstream``; HTTPS with ``tls`` (cert, key)."""
+    d = tempfile.mkdtemp(prefix="bench-nginx-tls-" if tls else "bench-nginx-")
     conf = Path(d, "nginx.conf")
-    conf.write_text(NGINX_CONF.format(dir=d, port=port, upstream=upstream))
+    extra = dict.fromkeys(NGINX_TLS, "")
+    if tls is not None:
+        extra = {k: v.format(cert=tls[0], key=tls[1]) for k, v in NGINX_TLS.items()}
+    conf.write_text(NGINX_CONF.format(dir=d, port=port, upstream=upstream, **extra))
     subprocess.run(["nginx", "-c", str(conf)], check=True)
     try:
         wait_port(port)

@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from bench_frontdoor import (
@@ -32,63 +31,14 @@ from bench_frontdoor import (
     UPSTREAM_APP,
     cpu_seconds,
     free_port,
+    nginx,
     process,
     ratio,
-    wait_port,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.support.certs import issue, make_ca  # noqa: E402 - after the path is set
-
-NGINX_TLS_CONF = """
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir};
-    proxy_temp_path {dir};
-    fastcgi_temp_path {dir};
-    uwsgi_temp_path {dir};
-    scgi_temp_path {dir};
-    upstream up {{ server 127.0.0.1:{upstream}; keepalive 64; }}
-    server {{
-        listen 127.0.0.1:{port} ssl;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        keepalive_requests 1000000;
-        location / {{
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-            proxy_set_header X-Forwarded-Proto https;
-        }}
-    }}
-}}
-"""
-
-
-@contextlib.contextmanager
-def nginx_tls(port: int, upstream: int, cert: Path, key: Path) -> Iterator[None]:
-    d = tempfile.mkdtemp(prefix="bench-nginx-tls-")
-    conf = Path(d, "nginx.conf")
-    conf.write_text(NGINX_TLS_CONF.format(dir=d, port=port, upstream=upstream, cert=cert, key=key))
-    subprocess.run(["nginx", "-c", str(conf)], check=True)
-    try:
-        wait_port(port)
-        master = Path(d, "nginx.pid").read_text().strip()
-        workers = subprocess.run(
-            ["pgrep", "-P", master], check=True, capture_output=True, text=True
-        ).stdout
-        PIDS[port] = [int(p) for p in workers.split()]
-        yield
-    finally:
-        subprocess.run(["nginx", "-c", str(conf), "-s", "stop"], check=False)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def wrk(url: str, port: int, duration: float) -> tuple[float, float]:
@@ -134,7 +84,7 @@ def main() -> int:
     results: dict[str, dict[str, list[float]]] = {n: {"rps": [], "cpu": []} for n in ports}
     with contextlib.ExitStack() as stack:
         stack.enter_context(process([PY, "-c", UPSTREAM_APP, str(up)], up))
-        stack.enter_context(nginx_tls(ports["nginx https"], up, leaf.cert_file, leaf.key_file))
+        stack.enter_context(nginx(ports["nginx https"], up, (leaf.cert_file, leaf.key_file)))
         stack.enter_context(process(serve("gateway https", *tls), ports["gateway https"]))
         stack.enter_context(process(serve("gateway http"), ports["gateway http"]))
         for name, port in ports.items():
