@@ -201,13 +201,22 @@ UP = [sys.executable, "-m", "gateway", "up"]
 class Up:
     """``apf-gateway up`` on a free port (``--listen 127.0.0.1:0``), its output collected."""
 
-    def __init__(self, state: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [*UP, "--listen", "127.0.0.1:0", "--state-dir", str(state), "--routers", "2", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    def __init__(
+        self,
+        state: Path,
+        *extra: str,
+        routers: int = 2,
+        stderr: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``stderr``: a file for up's standard error (else it joins ``lines``)."""
+        argv = [*UP, "--listen", "127.0.0.1:0", "--state-dir", str(state)]
+        with contextlib.ExitStack() as files:
+            err = files.enter_context(stderr.open("wb")) if stderr else subprocess.STDOUT
+            self.proc = subprocess.Popen(
+                [*argv, "--routers", str(routers), *extra],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -5,65 +5,38 @@ real requests through the front door."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
+from test_platform_up import Up as UpBase
 
 from gateway.cli.up import API_KEY_ENV, CMDLINE_WARNING, DEFAULT_API_KEY
-from tests.support.wait import wait_for
 
 KEY = "0b6cfa47-41a8-4f7d-9c4e-2f2b1a7d1c01:sEcReT0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH"
 WARNING = f"apf-gateway up: {CMDLINE_WARNING}"
 
 
-class Up:
-    """``up`` on a free port with one router and no stem cell; stdout and stderr apart."""
+class Up(UpBase):
+    """``up`` with one router and no stem cell, its standard error in a file of its own, the
+    key variable only as the test gives it."""
 
     def __init__(self, state: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        argv = [sys.executable, "-m", "gateway", "up", "--listen", "127.0.0.1:0"]
-        argv += ["--state-dir", str(state), "--routers", "1", "--prewarm", "", *args]
         self.stderr = state.parent / f"{state.name}.stderr"
-        with self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
-                env={k: v for k, v in os.environ.items() if k != API_KEY_ENV} | (env or {}),
-            )  # fmt: skip
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.url = self._wait("apf-gateway is up: ").split(": ", 1)[1]
-        self.banner = self._wait("  logs: ") and list(self.lines)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def _wait(self, text: str) -> str:
-        def found() -> str | None:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"up exited: {self.lines} {self.stderr.read_text()}")
-            return next((line for line in self.lines if line.startswith(text)), None)
-
-        return wait_for(found, 60, f"{text!r} from up", 0.05)
+        clean = {k: v for k, v in os.environ.items() if k != API_KEY_ENV} | (env or {})
+        super().__init__(state, "--prewarm", "", *args, routers=1, stderr=self.stderr, env=clean)
+        self.wait_for("  logs: ")
+        self.banner = list(self.lines)
 
     def status(self, key: str) -> int:
         auth = tuple(key.split(":", 1))
         return httpx.get(self.url + "/api/v1/namespaces", auth=auth, timeout=30).status_code
 
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(timeout=90)
-        self.reader.join(10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        assert code == 0, self.lines
+    def stopped_stderr(self) -> str:
+        """Stop up (exit 0) and give what it wrote to standard error."""
+        assert self.stop() == 0, self.lines
         return self.stderr.read_text()
 
 
@@ -87,7 +60,7 @@ def test_the_key_from_a_file_or_the_environment_is_the_one_accepted(
         assert up.status(DEFAULT_API_KEY) == 401
         assert not any(KEY.split(":")[1] in line for line in up.banner), up.banner  # not echoed
     finally:
-        stderr = up.stop()
+        stderr = up.stopped_stderr()
     assert "warning" not in stderr
 
 
@@ -96,7 +69,7 @@ def test_a_key_on_the_command_line_works_and_warns(tmp_path: Path) -> None:
     try:
         assert up.status(KEY) == 200
     finally:
-        stderr = up.stop()
+        stderr = up.stopped_stderr()
     assert stderr.splitlines()[0] == WARNING
     assert "--api-key-file" in WARNING and API_KEY_ENV in WARNING
 
