@@ -142,6 +142,10 @@ print(json.dumps({"helps": helps, "failed": failed}))
 """
 
 
+# One worker builds the plain venv once for all the module's checks (pytest-xdist).
+pytestmark = pytest.mark.xdist_group("plain-install")
+
+
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``pip install -e .`` without extras."""

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from tests.frontdoor.conftest import ServerThread, holding
+from tests.support.ports import free_port
 from tests.support.wait import wait_for, wait_until
 
 CONFIG = Path(__file__).with_name("apf_config.yaml")
@@ -30,12 +30,6 @@ COOKIE_SECRET = "SECRET-cookie-1234"
 REFERER_SECRET = "SECRET-referer-999"
 BASIC_SECRET = "SECRET-basic-pass"
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Serve:
@@ -49,7 +43,7 @@ class Serve:
 
 
 def _serve(tmp_path: Path, upstream: ServerThread, *extra: str) -> Iterator[Serve]:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     tokens = tmp_path / "tokens.csv"
     tokens.write_text(f'{TOKEN},alice,u1,"dev"\n')
@@ -58,7 +52,7 @@ def _serve(tmp_path: Path, upstream: ServerThread, *extra: str) -> Iterator[Serv
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(CONFIG),
-             "--upstream", upstream.url, "--upstream", f"/down=http://127.0.0.1:{_free_port()}",
+             "--upstream", upstream.url, "--upstream", f"/down=http://127.0.0.1:{free_port()}",
              "--listen", f"127.0.0.1:{port}", "--token-auth-file", str(tokens),
              "--upstream-read-timeout", "3s", "--log-level", "warning", *extra],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=stdout, stderr=stderr,

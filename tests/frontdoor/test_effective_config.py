@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from tests.frontdoor.conftest import ServerThread
-from tests.frontdoor.test_lifecycle import ROOT, _free_port, _up
+from tests.frontdoor.test_lifecycle import ROOT, _up
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 ADMIN = {"Authorization": "Bearer admin-token"}
@@ -87,7 +88,7 @@ def serve(
         f"flowControlObjects: {request.param}\n"
     )
     (config / "mine.yaml").write_text(user_objects("alice-only", "alice"))
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with (tmp_path / "serve.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(config),

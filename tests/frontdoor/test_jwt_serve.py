@@ -5,7 +5,6 @@ them; bad tokens get 401; a key rotation and a config change apply without a res
 from __future__ import annotations
 
 import hashlib
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import yaml
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.platform.platform_support import scrape
 from tests.support.issuer import Issuer, SigningKey, running_issuer
+from tests.support.ports import free_port
 from tests.support.wait import async_wait_until, wait_until
 
 APF = """
@@ -64,12 +64,6 @@ def authentication_config(issuer: Issuer, prefix: str = "oidc:") -> str:
 @pytest.fixture
 def issuer(tmp_path: Path) -> Iterator[Issuer]:
     yield from running_issuer(tmp_path, [SigningKey.new("k1", "RS256")])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import httpx
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from tests.frontdoor.conftest import ServerThread, holding
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 CONFIG = Path(__file__).with_name("apf_config.yaml")
@@ -103,16 +103,10 @@ def _replace(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_sighup_reloads_and_sigterm_drains_and_exits_zero(
     upstream: ServerThread, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = tmp_path / "flow.yaml"
     config.write_text(CONFIG.read_text())

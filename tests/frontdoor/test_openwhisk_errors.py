@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import re
-import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ from gateway.server import Gateway
 from gateway.settings.sources import ConfigLoadError, load_config
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 CONFIG = str(Path(__file__).with_name("apf_config.yaml"))
@@ -156,9 +156,7 @@ def test_max_in_flight_rejection_in_openwhisk_shape(
 def test_unreachable_upstream_is_502_without_its_address(
     gateways: list[ServerThread], tmp_path: Path
 ) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
     gw = start_gateway(
         {
             "upstreams": [

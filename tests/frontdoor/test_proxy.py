@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from gateway.http.status import status_body
 from gateway.server import Gateway
 from gateway.settings.sources import load_config
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 APF_OFF = {"enablePriorityAndFairness": False}
@@ -111,9 +111,7 @@ def test_response_streams_before_upstream_finishes(
 
 
 def test_refused_upstream_is_502_status(gateways: list[ServerThread], transport: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     gw = start_gateway({
         "upstreams": [{"url": f"http://127.0.0.1:{port}"}], **APF_OFF,
         "proxy": {"transport": transport},

@@ -19,7 +19,8 @@ import pytest
 from gateway.server import Gateway
 from gateway.settings.sources import LoadedConfig, load_config
 from tests.frontdoor.conftest import ServerThread
-from tests.frontdoor.test_lifecycle import ROOT, _free_port, _up
+from tests.frontdoor.test_lifecycle import ROOT, _up
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 TOKEN = {"Authorization": "Bearer alice-token"}
@@ -38,7 +39,7 @@ class Serve:
             f"authentication:\n  tokenAuthFile: {self.tokens}\n  anonymous: false\n"
         )
         self.config.write_text(self.good)
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         self.log = tmp_path / "serve.log"
         self._log = self.log.open("wb")
         self.proc = subprocess.Popen(

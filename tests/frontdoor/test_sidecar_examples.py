@@ -56,6 +56,10 @@ def auth(user: str | None) -> dict[str, str]:
     return {} if user is None else {"Authorization": f"Bearer {tokens()[user]}"}
 
 
+# One worker runs the module (pytest-xdist): its apps start once, in this order.
+pytestmark = pytest.mark.xdist_group("sidecar-examples")
+
+
 # One process per example for the module (its start is most of the time); the 429 test, which
 # leaves the batch level's seat taken, comes last.
 @pytest.fixture(scope="module", params=APPS)

@@ -26,6 +26,7 @@ from gateway.serving.tls import bound_handshakes, certificate_names
 from gateway.settings.sources import ConfigLoadError, load_config
 from tests.frontdoor.conftest import ServerThread
 from tests.support.certs import Issued, issue, make_ca
+from tests.support.ports import free_port
 from tests.support.wait import wait_until
 
 
@@ -350,9 +351,7 @@ def test_rotation_without_restart(pki: PKI, upstream: ServerThread, tmp_path: Pa
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(pki.server.cert_file.read_bytes())
     key.write_bytes(pki.server.key_file.read_bytes())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--listen", f"127.0.0.1:{port}",
          "--upstream", upstream.url, "--tls-cert-file", str(cert), "--tls-private-key-file",

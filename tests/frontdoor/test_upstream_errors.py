@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.frontdoor.conftest import ServerThread, start_gateway
+from tests.support.ports import free_port
 
 TRANSPORTS = ["h1", "aiohttp", "httpx", "httpx-aiohttp"]
 
@@ -75,9 +76,7 @@ def _start(gateways: list[ServerThread], url: str, transport: str) -> ServerThre
 
 
 def test_refused_connection_is_502_connect(gateways: list[ServerThread], transport: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     gw = _start(gateways, f"http://127.0.0.1:{port}", transport)
     status, _, message = _status_of(gw)
     assert status == 502 and f"127.0.0.1:{port}: connect:" in message

@@ -5,7 +5,6 @@ protocol works there; removal stops the process."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +15,7 @@ from k8s_kubelet import ProcessKubelet
 from test_k8s_backend import action_spec
 
 from gateway.platform.actions import EvictionSafe
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -24,12 +24,6 @@ def kubelet(cluster: FakeCluster) -> Iterator[ProcessKubelet]:
     cluster.kubelet = k
     yield k
     k.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 CODE = "def main(args):\n    return {'greeting': 'hello ' + args.get('name', 'world')}\n"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -15,6 +14,7 @@ import aiohttp
 from conftest import NS
 from k8s_fakeapi import FakeCluster
 
+from tests.support.ports import free_port
 from tests.support.wait import async_wait_until
 
 CHILD = """
@@ -28,12 +28,6 @@ open(path, "a").write("started\\n")
 while True:
     time.sleep(1)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def start(identity: str, url: str, port: int, marker: Path) -> asyncio.subprocess.Process:

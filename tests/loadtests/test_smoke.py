@@ -27,10 +27,14 @@ REPO = HERE.parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 
 # find_spec, not importorskip: importing locust here would gevent-monkey-patch pytest itself.
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("locust") is None or importlib.util.find_spec("matplotlib") is None,
-    reason="needs the loadtest extra (locust, matplotlib)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        any(importlib.util.find_spec(name) is None for name in ("locust", "matplotlib")),
+        reason="needs the loadtest extra (locust, matplotlib)",
+    ),
+    # One worker runs the module's load tests once for all its checks (pytest-xdist).
+    pytest.mark.xdist_group("loadtest-smoke"),
+]
 
 
 @pytest.fixture(scope="module")

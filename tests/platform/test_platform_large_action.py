@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from platform_support import IDENTITY, Platform, action_url, annotation, slowest_livez
 
 MIB = 1024 * 1024
@@ -17,6 +18,7 @@ CODE = "def main(args):\n    return {'ok': True}\n#" + '"\\' * (12 * MIB) + "\n"
 BOUND = 0.2  # seconds; measured here 0.06-0.13 (PUTs), 0.03-0.05 (cold); main below
 
 
+@pytest.mark.alone  # its assertion is a latency
 async def test_livez_answers_during_a_large_put_and_its_cold_start(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
@@ -28,7 +30,8 @@ async def test_livez_answers_during_a_large_put_and_its_cold_start(
     here) and 0.14-0.19 s during the cold invoke (0.24-0.47 s on a loaded machine; the bound
     does not always catch that part: ``test_init_body`` does). Twice what this tree took."""
     platform.start_manager()
-    r = platform.start_router("r1")
+    # 48 MB stores take seconds on a loaded machine: that is not the outage this test is about
+    r = platform.start_router("r1", "--store-timeout", "60")
     body = json.dumps({"exec": {"kind": "python:3", "code": CODE}, "limits": {"memory": 512}})
     assert len(body) < 50 * MIB
     headers = {**IDENTITY, **platform.auth, "Content-Type": "application/json"}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import pytest
 from platform_support import (
     IDENTITY,
     Platform,
@@ -193,6 +194,7 @@ async def test_large_action_bodies_are_parsed_in_another_process(
     )
 
 
+@pytest.mark.alone  # its assertion is a latency
 async def test_livez_answers_during_a_60_mb_put(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
@@ -202,7 +204,7 @@ async def test_livez_answers_during_a_60_mb_put(
     meanwhile. The bound is generous (a loaded CI machine); the measured numbers are in
     docs/performance.md (bench/bench_router_sizes.py)."""
     platform.start_manager()
-    r = platform.start_router("r1")
+    r = platform.start_router("r1", "--store-timeout", "60")  # large stores, loaded machine
     code = json.dumps("def main(args):\n    return {}\n#" + '"\n' * (15 * MIB))
     big = b'{"exec": {"kind": "python:3", "code": ' + code.encode() + b"}}"
 
@@ -220,6 +222,7 @@ async def test_livez_answers_during_a_60_mb_put(
     )
 
 
+@pytest.mark.alone  # its assertion is a latency
 async def test_livez_answers_while_a_large_action_is_read_back(
     platform: Platform, client: httpx.AsyncClient
 ) -> None:
@@ -227,7 +230,7 @@ async def test_livez_answers_while_a_large_action_is_read_back(
     parsed from the store's text and serialized in the worker, so ``/livez`` keeps answering
     (on main the router decoded and encoded it on its event loop)."""
     platform.start_manager()
-    r = platform.start_router("r1")
+    r = platform.start_router("r1", "--store-timeout", "60")  # large stores, loaded machine
     code = "def main(args):\n    return {}\n#" + '"\n' * (12 * MIB)
     stored = await client.put(action_url(r, "big"), json={"exec": {**EXEC, "code": code}})
     assert stored.status_code == 200, stored.text[:300]

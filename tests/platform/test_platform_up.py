@@ -26,13 +26,8 @@ from gateway.cli.main import build_parser
 from gateway.cli.up import DEFAULT_API_KEY
 from gateway.store import open_store
 from tests.support.certs import issue, make_ca
+from tests.support.ports import free_port
 from tests.support.wait import async_wait_for, async_wait_until, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def all_exited(pids: set[int], within: float, what: str) -> None:
