@@ -93,7 +93,7 @@ def serve(
             return False
 
     try:
-        wait_until(ready, what="serve to be ready")
+        wait_until(ready, 60, "serve to be ready")  # a cold start on a busy machine
         yield url, authn, log
     finally:
         proc.terminate()
