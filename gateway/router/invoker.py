@@ -137,15 +137,29 @@ class Invoker:
         """An update: containers of other revisions are given back as soon as they are idle
         (never while busy, whatever their eviction policy)."""
         self._versions[action.path] = action.version
-        for key in [k for k in self.pool.by_key if k.rpartition("@")[0] == action.path]:
-            if key == action.key:
-                continue
+        self._retire(action.path, "upgrade", keep=action.key)
+
+    def retire(self, path: str, reason: str) -> None:
+        """The action at ``path`` is gone (deleted): what this invoker keeps for it goes, and
+        its containers are given back, each as soon as it is idle."""
+        self._versions.pop(path, None)
+        for key in [
+            k for k in (*self._proxies, *self._rejected, *self._pending) if _path(k) == path
+        ]:
+            if not self._futures.get(key) and not self._pending.get(key):
+                self._proxies.pop(key, None)
+                self._rejected.pop(key, None)
+                self._pending.pop(key, None)
+        self._retire(path, reason)
+
+    def _retire(self, path: str, reason: str, keep: str = "") -> None:
+        for key in [k for k in self.pool.by_key if _path(k) == path and k != keep]:
             for c in self.pool.containers(key):
                 if self.pool.give_back(c.id, only_if_idle=False, wait=True) == "waiting":
-                    self._retiring[c.id] = "upgrade"
+                    self._retiring[c.id] = reason
                     self._let_go.add(c.id)
                 else:
-                    self.give_back(c, "upgrade")
+                    self.give_back(c, reason)
 
     def _ensure_capacity(self, action: ActionInfo, proxied: bool) -> None:
         key = action.key
@@ -396,6 +410,11 @@ class Invoker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _path(key: str) -> str:
+    """``namespace/name`` of a revision's key ``namespace/name@version``."""
+    return key.rpartition("@")[0]
 
 
 def _proc_state(pid: int) -> str | None:
