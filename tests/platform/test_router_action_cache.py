@@ -134,3 +134,17 @@ async def test_a_create_invoke_delete_loop_leaves_no_per_action_series(
         return not held and removed == len(names) + 1
 
     await async_wait_until(all_removed, what="the deleted actions' containers removed")
+
+
+async def test_an_action_deleted_and_created_again_runs_its_new_code(
+    platform: Platform, client: httpx.AsyncClient
+) -> None:
+    """Created again, an action starts at version 0.0.1 again: the router that deleted it gave
+    its containers back, so none initialized with the old code is reused."""
+    platform.start_manager()
+    r1 = platform.start_router("r1")
+    await put_action(client, r1, "again", code("old"))
+    assert await result(client, r1, "again") == "old"
+    assert (await client.delete(action_url(r1, "again"))).status_code == 200
+    await put_action(client, r1, "again", code("new"))
+    assert await result(client, r1, "again") == "new"
