@@ -88,6 +88,7 @@ async def main() -> None:
     print(f"Python {sys.version.split()[0]}")
     print("| case | cache | entries held | cache heap MiB | metrics heap MiB | scrape MiB |")
     print("|---|---|---|---|---|---|")
+    ratios: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, count, code in (
             (f"{args.small} actions of ~300 B", args.small, 0),
@@ -109,11 +110,12 @@ async def main() -> None:
                 )
             ratio = [b[0] / u[0] for b, u in zip(runs[True], runs[False], strict=True)]
             scrape = [b[2] / u[2] for b, u in zip(runs[True], runs[False], strict=True)]
-            print(
-                f"| {label} | ratio defaults/unbounded: cache heap median {statistics.median(ratio):.3f} "
+            ratios.append(
+                f"{label}: defaults/unbounded cache heap {statistics.median(ratio):.3f} "
                 f"(min {min(ratio):.3f}, max {max(ratio):.3f}), scrape "
-                f"{statistics.median(scrape):.3f} | | | | |"
+                f"{statistics.median(scrape):.3f}"
             )
+    print("\n".join(ratios))
 
 
 if __name__ == "__main__":
