@@ -142,15 +142,14 @@ class Invoker:
     def retire(self, path: str, reason: str) -> None:
         """The action at ``path`` is gone (deleted): what this invoker keeps for it goes, and
         its containers are given back, each as soon as it is idle."""
-        self._versions.pop(path, None)
-        for key in [
-            k for k in (*self._proxies, *self._rejected, *self._pending) if _path(k) == path
-        ]:
-            if not self._futures.get(key) and not self._pending.get(key):
-                self._proxies.pop(key, None)
-                self._rejected.pop(key, None)
-                self._pending.pop(key, None)
-        self._retire(path, reason)
+        if self._versions.pop(path, None) is not None:  # admitted here: bookkeeping to drop
+            keys = (*self._proxies, *self._rejected, *self._pending)
+            for key in [k for k in keys if _path(k) == path]:
+                if not self._futures.get(key) and not self._pending.get(key):
+                    self._proxies.pop(key, None)
+                    self._rejected.pop(key, None)
+                    self._pending.pop(key, None)
+        self._retire(path, reason)  # containers adopted at registration included
 
     def _retire(self, path: str, reason: str, keep: str = "") -> None:
         for key in [k for k in self.pool.by_key if _path(k) == path and k != keep]:
