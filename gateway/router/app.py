@@ -100,6 +100,13 @@ class Router:
         self.store = cast("Store", self.guarded)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
+        if self.settings.action_cache_bytes < self.settings.max_action_bytes:
+            log.warning(
+                "--action-cache-bytes %d is below --max-action-bytes %d: an action document "
+                "larger than the cache is never kept, and is read from the store at every invoke",
+                self.settings.action_cache_bytes,
+                self.settings.max_action_bytes,
+            )
         log.info(
             "router %s at %s: manager %s, store %s",
             self.settings.router_id,
