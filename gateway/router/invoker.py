@@ -140,16 +140,27 @@ class Invoker:
         self._retire(action.path, "upgrade", keep=action.key)
 
     def retire(self, path: str, reason: str) -> None:
-        """The action at ``path`` is gone (deleted): what this invoker keeps for it goes, and
-        its containers are given back, each as soon as it is idle."""
-        if self._versions.pop(path, None) is not None:  # admitted here: bookkeeping to drop
-            keys = (*self._proxies, *self._rejected, *self._pending)
-            for key in [k for k in keys if _path(k) == path]:
-                if not self._futures.get(key) and not self._pending.get(key):
-                    self._proxies.pop(key, None)
-                    self._rejected.pop(key, None)
-                    self._pending.pop(key, None)
-        self._retire(path, reason)  # containers adopted at registration included
+        """The action at ``path`` is gone (deleted): its containers here are given back, each
+        as soon as it is idle (containers adopted at registration included); the rest of
+        what is kept for it goes at the next ``prune``."""
+        self._versions.pop(path, None)
+        self._retire(path, reason)
+
+    def prune(self) -> None:
+        """Drop the bookkeeping of actions with nothing here: no container, no request
+        waiting, no acquire in flight (their revision, proxy hint, last refusal). Kept, it
+        would grow with every action ever invoked here; the lease loop calls this."""
+        active = {_path(k) for k in self.pool.by_key}
+        active |= {_path(k) for k, waiting in self._futures.items() if waiting}
+        active |= {_path(k) for k, count in self._pending.items() if count}
+        for path in [p for p in self._versions if p not in active]:
+            del self._versions[path]
+        for table in (self._pending, self._rejected, self._futures):
+            for key in [k for k in table if _path(k) not in active]:
+                del table[key]
+        now = time.monotonic()
+        for key in [k for k, (_, expiry) in self._proxies.items() if expiry <= now]:
+            del self._proxies[key]
 
     def _retire(self, path: str, reason: str, keep: str = "") -> None:
         for key in [k for k in self.pool.by_key if _path(k) == path and k != keep]:
@@ -375,6 +386,7 @@ class Invoker:
                     data = await self.manager.renew(self.settings.router_id)
                     self._sync(data, held)
                     lease = float(data.get("lease_seconds", 10.0))
+                self.prune()
             except UnknownToManager:
                 self.registered.clear()
                 continue
