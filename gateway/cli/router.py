@@ -83,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--action-cache-seconds", 1.0, "how long an action read from the store is reused"),
     ):
         add_seconds(parser, flag, default, text, zero=True)
+    add_action_cache(parser)
     add_seconds(
         parser,
         "--store-timeout",
@@ -127,6 +128,32 @@ def add_blocking_wait(parser: argparse.ArgumentParser, note: str) -> None:
         60.0,
         f"how long a blocking invoke waits before answering 202 with the activation id; {note}",
         default_note="60, as OpenWhisk",
+    )
+
+
+#: the router's defaults (gateway.router.app), repeated here: the CLI imports no router module
+#: before a command runs
+ACTION_CACHE_BYTES = 64 * 1024 * 1024
+ACTION_CACHE_ENTRIES = 4096
+
+
+def add_action_cache(parser: argparse.ArgumentParser) -> None:
+    """The action cache's bounds, shared with ``up`` (which passes them to its routers)."""
+    add_bytes(
+        parser,
+        "--action-cache-bytes",
+        ACTION_CACHE_BYTES,
+        "action documents kept in memory (warm invokes, store outages), by encoded size; the "
+        "least recently invoked go first and are read from the store again (a document larger "
+        "than this is never kept)",
+    )
+    parser.add_argument(
+        "--action-cache-entries",
+        type=_positive,
+        default=ACTION_CACHE_ENTRIES,
+        metavar="N",
+        help="action documents kept in memory, and actions with per-action metric series; "
+        f"the least recently invoked go first (default {ACTION_CACHE_ENTRIES})",
     )
 
 
@@ -190,6 +217,8 @@ def _run(args: argparse.Namespace) -> int:
                 pause_grace=args.pause_grace,
                 idle_timeout=args.idle_timeout,
                 action_cache_seconds=args.action_cache_seconds,
+                action_cache_bytes=args.action_cache_bytes,
+                action_cache_entries=args.action_cache_entries,
                 max_blocking_wait=args.max_blocking_wait,
                 store_timeout=args.store_timeout,
                 activation_buffer=args.activation_buffer,

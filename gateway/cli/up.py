@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway.cli.flags import add_seconds
-from gateway.cli.router import add_blocking_wait
+from gateway.cli.router import add_action_cache, add_blocking_wait
 from gateway.cli.scrape_targets import FILE_NAME, TargetsFile
 from gateway.serving.listen import reason as _reason
 from gateway.supervision import Spec, StartError, Supervisor
@@ -131,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tls-private-key-file", metavar="FILE", help="the PEM private key of --tls-cert-file"
     )
     add_blocking_wait(parser, "passed to the routers")
+    add_action_cache(parser)
     add_seconds(
         parser,
         "--upstream-read-timeout",
@@ -298,6 +299,8 @@ def _up(args: argparse.Namespace) -> int:
             router_args += ["--manager", manager_url]
             router_args += ["--store", store_url]
             router_args += ["--max-blocking-wait", str(args.max_blocking_wait)]
+            router_args += ["--action-cache-bytes", str(args.action_cache_bytes)]
+            router_args += ["--action-cache-entries", str(args.action_cache_entries)]
             spec = Spec(f"router-{i}", py + router_args, logs / f"router-{i}.log")
             supervisor.add(spec)
         front_args = ["serve", "--listen", f"{host}:{port}"]

@@ -43,7 +43,8 @@ from gateway.platform.actions import SUPPORTED_KIND_PREFIXES, EvictionSafe
 SOURCES = ("new", "stem", "prewarm")
 RESULTS = ("ok", "failed")
 #: a router's give-backs (gateway/router), the disruptions, and the manager's own removals
-REMOVAL_REASONS = ("idle", "timeout", "failed", "init-failed", *(r.value for r in Reason),
+REMOVAL_REASONS = ("idle", "timeout", "failed", "init-failed", "deleted",
+                   *(r.value for r in Reason),
                    "unassigned-idle", "orphaned", "unreadable", "shutdown")  # fmt: skip
 LIMITS = ("quota", "instances", "evictions")
 OUTCOMES = ("stopped", "removed-idle", "refused", "kept", "budget-refused")

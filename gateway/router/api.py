@@ -202,7 +202,7 @@ async def delete_action(request: web.Request) -> web.Response:
     router, _, ns = _context(request)
     name = request.match_info["name"]
     doc = await router.store.delete_action(ns, name)
-    router.forget(ns, name)
+    router.gone(ns, name)
     if doc is None:
         raise ApiError(404, NOT_FOUND)
     return _json(doc)

@@ -30,6 +30,7 @@ from gateway.router.bodies import MAX_ACTION_BYTES, MAX_PAYLOAD_BYTES, Parser
 from gateway.router.execution import MAX_RESULT_BYTES
 from gateway.router.identity import Identity
 from gateway.router.invoker import Invoker, InvokerSettings, Throttled
+from gateway.router.lru import Lru
 from gateway.router.manager_client import ManagerClient
 from gateway.router.metrics import CountingStore, RouterMetrics
 from gateway.router.pool import PoolSettings, WarmContainer
@@ -41,6 +42,8 @@ log = logging.getLogger("gateway.router")
 PROXIED_HEADER = "X-Apf-Proxied-By"
 STORE_UNAVAILABLE = "The platform's store is unreachable; try again later."
 ACTIVATION_HEADER = "X-Apf-Activation-Id"
+ACTION_CACHE_BYTES = 64 * 1024 * 1024  # documents' encoded size; holds a largest action
+ACTION_CACHE_ENTRIES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,9 @@ class RouterSettings:
     pause_grace: float = 10.0
     idle_timeout: float = 600.0
     action_cache_seconds: float = 1.0
+    # action documents kept (warm invokes, store outages) and actions with metric series
+    action_cache_bytes: int = ACTION_CACHE_BYTES
+    action_cache_entries: int = ACTION_CACHE_ENTRIES
     max_blocking_wait: float = 60.0
     store_timeout: float = 5.0  # a store call taking longer counts as an outage
     activation_buffer: int = 10_000  # records kept while the store is down; then oldest dropped
@@ -65,13 +71,23 @@ class RouterSettings:
     internal_token: str = field(default="", repr=False)
 
 
+@dataclass(slots=True)
+class _Cached:
+    info: ActionInfo
+    expires: float  # time.monotonic() after which the store is asked again
+
+
 class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
-        self._cache: dict[tuple[str, str], tuple[ActionInfo, float]] = {}
+        self._cache: Lru[tuple[str, str], _Cached] = Lru(
+            settings.action_cache_entries, settings.action_cache_bytes
+        )
         self.url = ""
         self.draining = False
-        self.metrics = RouterMetrics(self._held)
+        self.metrics = RouterMetrics(
+            self._held, max_actions=settings.action_cache_entries, cache=self._cache
+        )
         self.parser = Parser()  # large action bodies, off the event loop
         # this process: marks and the manager's lease tell it from a predecessor under the id
         self.incarnation = uuid.uuid4().hex[:16]
@@ -84,6 +100,13 @@ class Router:
         self.store = cast("Store", self.guarded)
         await self.store.open()
         counted = CountingStore(self.store, self.metrics.write_failures)
+        if self.settings.action_cache_bytes < self.settings.max_action_bytes:
+            log.warning(
+                "--action-cache-bytes %d is below --max-action-bytes %d: an action document "
+                "larger than the cache is never kept, and is read from the store at every invoke",
+                self.settings.action_cache_bytes,
+                self.settings.max_action_bytes,
+            )
         log.info(
             "router %s at %s: manager %s, store %s",
             self.settings.router_id,
@@ -217,29 +240,43 @@ class Router:
     async def action(self, namespace: str, name: str) -> ActionInfo:
         """The action, re-read from the store once its cache entry is older than
         ``action_cache_seconds``; while the store is unreachable, the last one read (the
-        store being down must not stop warm invocations), else 503."""
+        store being down must not stop warm invocations), else 503. The cache holds at most
+        ``action_cache_entries`` documents of ``action_cache_bytes`` (encoded) in all: the least
+        recently invoked go first and are read from the store again when next invoked."""
         key = (namespace, name)
         cached = self._cache.get(key)
         now = time.monotonic()
-        if cached is not None and cached[1] > now:
-            return cached[0]
+        if cached is not None and cached.expires > now:
+            return cached.info
         try:
             text = await self.store.get_action_json(namespace, name)
             doc = None if text is None else await self.parser.loads(text)
         except StoreUnavailable:
             if cached is None:
                 raise ApiError(503, STORE_UNAVAILABLE, retry_after=RETRY_AFTER) from None
-            self._cache[key] = (cached[0], now + self.settings.action_cache_seconds)
-            return cached[0]
-        if doc is None:
-            self._cache.pop(key, None)
+            cached.expires = now + self.settings.action_cache_seconds
+            return cached.info
+        if text is None or doc is None:
+            self.gone(namespace, name)  # deleted through another router
             raise ApiError(404, NOT_FOUND)
         info = ActionInfo.from_doc(doc)
-        self._cache[key] = (info, now + self.settings.action_cache_seconds)
+        entry = _Cached(info, now + self.settings.action_cache_seconds)
+        for evicted in self._cache.put(key, entry, len(text)):
+            self.metrics.action_cache_evictions.labels(evicted.limit).inc()
         return info
 
     def forget(self, namespace: str, name: str) -> None:
-        self._cache.pop((namespace, name), None)
+        """An update: the next invoke reads the new revision."""
+        self._cache.pop((namespace, name))
+
+    def gone(self, namespace: str, name: str) -> None:
+        """The action was deleted: its document, its metric series and its containers here go
+        (idle ones now, busy ones once their activations end)."""
+        self._cache.pop((namespace, name))
+        self.metrics.forget(namespace, name)
+        invoker: Invoker | None = getattr(self, "invoker", None)  # set by start()
+        if invoker is not None:
+            invoker.retire(f"{namespace}/{name}", "deleted")
 
     async def execute(
         self,

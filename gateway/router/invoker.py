@@ -137,15 +137,39 @@ class Invoker:
         """An update: containers of other revisions are given back as soon as they are idle
         (never while busy, whatever their eviction policy)."""
         self._versions[action.path] = action.version
-        for key in [k for k in self.pool.by_key if k.rpartition("@")[0] == action.path]:
-            if key == action.key:
-                continue
+        self._retire(action.path, "upgrade", keep=action.key)
+
+    def retire(self, path: str, reason: str) -> None:
+        """The action at ``path`` is gone (deleted): its containers here are given back, each
+        as soon as it is idle (containers adopted at registration included); the rest of
+        what is kept for it goes at the next ``prune``."""
+        self._versions.pop(path, None)
+        self._retire(path, reason)
+
+    def prune(self) -> None:
+        """Drop the bookkeeping of actions with nothing here: no container, no request
+        waiting, no acquire in flight (their revision, proxy hint, last refusal). Kept, it
+        would grow with every action ever invoked here; the lease loop calls this."""
+        active = {_path(k) for k in self.pool.by_key}
+        active |= {_path(k) for k, waiting in self._futures.items() if waiting}
+        active |= {_path(k) for k, count in self._pending.items() if count}
+        for path in [p for p in self._versions if p not in active]:
+            del self._versions[path]
+        for table in (self._pending, self._rejected, self._futures):
+            for key in [k for k in table if _path(k) not in active]:
+                del table[key]
+        now = time.monotonic()
+        for key in [k for k, (_, expiry) in self._proxies.items() if expiry <= now]:
+            del self._proxies[key]
+
+    def _retire(self, path: str, reason: str, keep: str = "") -> None:
+        for key in [k for k in self.pool.by_key if _path(k) == path and k != keep]:
             for c in self.pool.containers(key):
                 if self.pool.give_back(c.id, only_if_idle=False, wait=True) == "waiting":
-                    self._retiring[c.id] = "upgrade"
+                    self._retiring[c.id] = reason
                     self._let_go.add(c.id)
                 else:
-                    self.give_back(c, "upgrade")
+                    self.give_back(c, reason)
 
     def _ensure_capacity(self, action: ActionInfo, proxied: bool) -> None:
         key = action.key
@@ -362,6 +386,7 @@ class Invoker:
                     data = await self.manager.renew(self.settings.router_id)
                     self._sync(data, held)
                     lease = float(data.get("lease_seconds", 10.0))
+                self.prune()
             except UnknownToManager:
                 self.registered.clear()
                 continue
@@ -396,6 +421,11 @@ class Invoker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _path(key: str) -> str:
+    """``namespace/name`` of a revision's key ``namespace/name@version``."""
+    return key.rpartition("@")[0]
 
 
 def _proc_state(pid: int) -> str | None:

@@ -14,11 +14,22 @@ test process do not collide. Names (``docs/platform.md``, "Metrics"):
   ``busy`` (a run or init in flight), ``paused`` or ``warm`` (idle, running).
 - ``apf_router_activation_write_failures_total``: failed batch writes of activation records
   (the writer keeps the records and retries).
+- ``apf_router_action_cache_evictions_total{limit}``: action documents the cache let go of to
+  stay within ``--action-cache-bytes`` (``limit="bytes"``, also a document larger than the
+  whole bound, never kept) or ``--action-cache-entries`` (``entries``);
+  ``apf_router_action_cache_bytes`` and ``apf_router_action_cache_entries``: what it holds.
 
 Series exist from zero where their labels are known in advance (``rate()`` and ``increase()``
 see no step into a series that appears with its first event): ``kind`` for the supported
-kinds, ``start``; an action's ``status`` and ``state`` series all appear with its first
-activation here, so its later outcomes step from 0.
+kinds, ``start``, ``limit``; an action's ``status`` and ``state`` series all appear with its
+first activation here, so its later outcomes step from 0.
+
+An action's series go when it is deleted (through this router, or seen gone when this router
+reads it again), and, so that a tenant creating actions cannot grow the scrape, when more than
+``max_actions`` (``--action-cache-entries``) actions have series here: the one whose last
+activation here is the oldest goes (its counters start from 0 again at its next activation,
+which ``rate()`` reads as a counter reset). Container churn does not remove them: an action run
+every 15 minutes keeps its counters although its containers idle out in between.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from prometheus_client.registry import Collector
 
 from gateway.platform.actions import SUPPORTED_KIND_PREFIXES, ActionInfo
 from gateway.router.activation import Outcome, Status
+from gateway.router.lru import Lru
 from gateway.router.pool import WarmContainer
 
 STATUS = {
@@ -44,6 +56,7 @@ STATUS = {
 INIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 STATES = ("busy", "paused", "warm")
+LIMITS = ("bytes", "entries")
 
 
 class _Containers(Collector):
@@ -70,11 +83,31 @@ class _Containers(Collector):
         yield family
 
 
+class _ActionCache(Collector):
+    def __init__(self, cache: Lru[Any, Any]) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "apf_router_action_cache_bytes",
+            "Encoded size of the action documents this router holds (--action-cache-bytes).",
+            value=self._cache.bytes,
+        )
+        yield GaugeMetricFamily(
+            "apf_router_action_cache_entries",
+            "Action documents this router holds (--action-cache-entries).",
+            value=len(self._cache),
+        )
+
+
 class RouterMetrics:
     def __init__(
         self,
         containers: Callable[[], Iterable[WarmContainer]] = tuple,
         kinds: Iterable[str] = SUPPORTED_KIND_PREFIXES,
+        *,
+        max_actions: int = 4096,
+        cache: Lru[Any, Any] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -115,23 +148,47 @@ class RouterMetrics:
             "(--activation-buffer) holds.",
             registry=r,
         )
+        self.action_cache_evictions = Counter(
+            "apf_router_action_cache_evictions",
+            "Action documents dropped from the cache to stay within a bound, by limit "
+            "(--action-cache-bytes, --action-cache-entries).",
+            ["limit"],
+            registry=r,
+        )
         r.register(_Containers(containers))
-        self._seen: set[tuple[str, str]] = set()
+        if cache is not None:
+            r.register(_ActionCache(cache))
+        # actions with series here, the least recently run first
+        self._seen: Lru[tuple[str, str], bool] = Lru(max_actions)
         for kind in kinds:
             self.init_seconds.labels(kind)
         for start in ("cold", "warm"):
             self.wait_seconds.labels(start)
+        for limit in LIMITS:
+            self.action_cache_evictions.labels(limit)
 
     def _first_sight(self, action: ActionInfo) -> None:
-        """Every series of an action at 0 when it first runs (or is refused) here."""
+        """Every series of an action at 0 when it first runs (or is refused) here; beyond
+        ``max_actions``, the least recently run action's series go."""
         key = (action.namespace, action.name)
-        if key in self._seen:
+        if self._seen.get(key):
             return
-        self._seen.add(key)
+        for evicted in self._seen.put(key, True):
+            self._remove(*evicted.key)
         for status in (*STATUS.values(), "throttled"):
             self.invocations.labels(action.namespace, action.name, status)
         self.cold_starts.labels(action.namespace, action.name)
         self.init_seconds.labels(action.kind)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The action is gone: its series go from the next scrape."""
+        if self._seen.pop((namespace, name)):
+            self._remove(namespace, name)
+
+    def _remove(self, namespace: str, name: str) -> None:
+        for status in (*STATUS.values(), "throttled"):
+            self.invocations.remove(namespace, name, status)
+        self.cold_starts.remove(namespace, name)
 
     def observe(self, action: ActionInfo, outcome: Outcome) -> None:
         self._first_sight(action)

@@ -193,3 +193,25 @@ async def test_a_router_stopped_during_an_outage_says_what_it_could_not_write(
     lost = re.search(r"stopping with (\d+) activation records not written", log)
     assert lost is not None and int(lost[1]) in (2, 3), log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+async def test_an_action_evicted_from_the_cache_is_refused_during_an_outage(
+    platform: Platform, client: httpx.AsyncClient, proxied_store: TcpProxy
+) -> None:
+    """The cache's bound holds during an outage too: what it let go of cannot be served."""
+    router = await warm_router(platform, client, "--action-cache-entries", "1")
+    await put_action(client, router, "other", ECHO)
+    assert (await invoke(client, router, "other", {"n": 1})).status_code == 200  # echo goes
+
+    proxied_store.stop()
+    kept = await invoke(client, router, "other", {"n": 2})
+    assert kept.status_code == 200 and kept.json()["response"]["result"] == {"echo": 2}
+    evicted = await invoke(client, router, "echo", {"n": 3})
+    assert "unreachable" in openwhisk_error(evicted, 503)
+    assert evicted.headers["Retry-After"] == "5"
+    proxied_store.start()
+
+    async def served() -> bool:
+        return (await invoke(client, router, "echo", {"n": 4})).status_code == 200
+
+    await async_wait_until(served, what="the evicted action read again once the store is back")
