@@ -221,7 +221,7 @@ class ProxyApp:
             body.on_done = watch.body_read
         watch.arm(reading_body=reading_body)
         if watch.left:
-            log.debug("%s %s: the client went away before the request was sent",
+            log.debug("%s %s: request aborted before it was sent: the client went away",
                       scope["method"], path)  # fmt: skip
             return
         try:
@@ -229,8 +229,8 @@ class ProxyApp:
         except asyncio.CancelledError:
             if not watch.handled():
                 raise
-            log.debug("%s %s: the client went away; upstream request abandoned",
-                      scope["method"], path)  # fmt: skip
+            log.debug("%s %s: request aborted: the client went away; upstream request "
+                      "abandoned", scope["method"], path)  # fmt: skip
         finally:
             watch.disarm()
 
