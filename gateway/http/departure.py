@@ -15,8 +15,8 @@ another server there is none, and the app falls back to watching ``receive()``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 DEPARTURE: Final = "gateway.departure"
 
@@ -38,9 +38,3 @@ class Departure:
         if callback is not None:
             self.callback = None
             callback()
-
-
-def departure_of(scope: MutableMapping[str, Any]) -> Departure | None:
-    """The request's ``Departure``, when its server gives one."""
-    found = scope.get(DEPARTURE)
-    return found if isinstance(found, Departure) else None

@@ -23,7 +23,7 @@ from gateway.asgi.errorformat import (
     send_openwhisk_error,
 )
 from gateway.http.abandon import ABANDONED
-from gateway.http.departure import departure_of
+from gateway.http.departure import DEPARTURE
 from gateway.http.framing import body_framing
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
@@ -214,18 +214,53 @@ class ProxyApp:
             body = RequestBody(receive, length)
         long_running = digest is not None and digest.long_running
         # From here on, a client that goes away ends the request (``client_watch``).
-        watch = ClientWatch(receive, departure_of(scope))
-        reading_body = isinstance(body, RequestBody)
-        if reading_body:
-            assert isinstance(body, RequestBody)
+        watch = ClientWatch(receive, scope.get(DEPARTURE))
+        if isinstance(body, RequestBody):
             body.on_done = watch.body_read
-        watch.arm(reading_body=reading_body)
+            watch.arm(reading_body=True)
+        else:
+            watch.arm(reading_body=False)
         if watch.left:
             log.debug("%s %s: request aborted before it was sent: the client went away",
                       scope["method"], path)  # fmt: skip
             return
+        # One frame for the whole exchange (a helper coroutine costs ~2k instructions).
         try:
-            await self._exchange(route, url, headers, body, long_running, watch, scope, send)
+            started = time.perf_counter()
+            try:
+                resp = await self.transport.send(
+                    scope["method"], url, headers, body, long_running=long_running
+                )
+            except (UpstreamError, ClientDisconnected) as exc:
+                if (isinstance(body, RequestBody) and body.left) or watch.left:
+                    # The transport aborted the upstream request and closed its connection.
+                    log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                    return
+                assert isinstance(exc, UpstreamError)
+                await self._failed(route, exc, started, scope, send)
+                return
+            elapsed = time.perf_counter() - started
+            if context is not None:
+                context.upstream_seconds = elapsed
+            if self.observe:
+                self.observe(route.url, "", elapsed)
+            try:
+                await self._relay(resp, send, added_headers(scope), watch)
+            except UpstreamError as exc:
+                if (isinstance(body, RequestBody) and body.left) or watch.left:
+                    log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                    _ABANDONED.set(True)
+                    return
+                # Headers are out, so no status can be sent any more and the framing the
+                # client was promised cannot be kept: end this response by closing its
+                # connection.
+                log.warning(
+                    "upstream %s failed mid-response to %s %s: %s: %s; closing the client "
+                    "connection", route.url, scope["method"], path, exc.kind, exc,
+                )  # fmt: skip
+                _ABANDONED.set(True)
+            finally:
+                await resp.aclose()
         except asyncio.CancelledError:
             if not watch.handled():
                 raise
@@ -233,55 +268,6 @@ class ProxyApp:
                       "abandoned", scope["method"], path)  # fmt: skip
         finally:
             watch.disarm()
-
-    async def _exchange(
-        self,
-        route: UpstreamRoute,
-        url: str,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes | RequestBody | None,
-        long_running: bool,
-        watch: ClientWatch,
-        scope: Scope,
-        send: Send,
-    ) -> None:
-        """Send the request upstream and relay the answer, while ``watch`` is armed."""
-        path: str = scope["path"]
-        context = request_context(scope)
-        started = time.perf_counter()
-        try:
-            resp = await self.transport.send(
-                scope["method"], url, headers, body, long_running=long_running
-            )
-        except (UpstreamError, ClientDisconnected) as exc:
-            if (isinstance(body, RequestBody) and body.left) or watch.left:
-                # The transport aborted the upstream request and closed its connection.
-                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
-                return
-            assert isinstance(exc, UpstreamError)
-            await self._failed(route, exc, started, scope, send)
-            return
-        elapsed = time.perf_counter() - started
-        if context is not None:
-            context.upstream_seconds = elapsed
-        if self.observe:
-            self.observe(route.url, "", elapsed)
-        try:
-            await self._relay(resp, send, added_headers(scope), watch)
-        except UpstreamError as exc:
-            if (isinstance(body, RequestBody) and body.left) or watch.left:
-                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
-                _ABANDONED.set(True)
-                return
-            # Headers are out, so no status can be sent any more and the framing the client
-            # was promised cannot be kept: end this response by closing its connection.
-            log.warning(
-                "upstream %s failed mid-response to %s %s: %s: %s; closing the client "
-                "connection", route.url, scope["method"], path, exc.kind, exc,
-            )  # fmt: skip
-            _ABANDONED.set(True)
-        finally:
-            await resp.aclose()
 
     async def _failed(
         self, route: UpstreamRoute, exc: UpstreamError, started: float, scope: Scope, send: Send
@@ -371,7 +357,8 @@ class ProxyApp:
             headers += extra
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if resp.body is not None:
-            watch.disarm()  # the last message: a disconnect after it is the normal end
+            if watch.watching:
+                watch.disarm()  # the last message: receive() then says http.disconnect
             await send({"type": "http.response.body", "body": resp.body})
             return
         # A stream may never end (watch, SSE): it stops when the client leaves.
@@ -379,7 +366,8 @@ class ProxyApp:
             if watch.left:
                 return  # noticed in a send (the task was not cancelled): stop here
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        watch.disarm()
+        if watch.watching:
+            watch.disarm()
         await send({"type": "http.response.body", "body": b""})
 
 

@@ -29,15 +29,16 @@ from gateway.http.types import Receive
 
 
 class ClientWatch:
-    __slots__ = ("_departure", "_receive", "_task", "_watcher", "armed", "cancelled", "left")
+    __slots__ = ("_departure", "_receive", "_task", "armed", "cancelled", "left", "watching")
 
     def __init__(self, receive: Receive, departure: Departure | None) -> None:
         self._receive = receive
-        self._departure = departure
+        self._departure = departure  # the scope's ``DEPARTURE``, when the server gives one
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._watcher: asyncio.Future[None] | None = None
+        # The fallback's task reading receive(); disarm it before the response's last message.
+        self.watching: asyncio.Future[None] | None = None
         self.armed = False
         self.left = False  # the client went away while armed
         self.cancelled = False  # ... and the task was cancelled for it
@@ -58,8 +59,8 @@ class ClientWatch:
 
     def body_read(self) -> None:
         """The request body was read whole: ``receive()`` is free to watch (fallback only)."""
-        if self._departure is None and self.armed and self._watcher is None:
-            watcher = self._watcher = asyncio.ensure_future(_wait_disconnect(self._receive))
+        if self._departure is None and self.armed and self.watching is None:
+            watcher = self.watching = asyncio.ensure_future(_wait_disconnect(self._receive))
             watcher.add_done_callback(self._on_watcher_done)
 
     def disarm(self) -> None:
@@ -71,9 +72,9 @@ class ClientWatch:
         departure = self._departure
         if departure is not None:
             departure.callback = None
-        watcher = self._watcher
+        watcher = self.watching
         if watcher is not None:
-            self._watcher = None
+            self.watching = None
             watcher.remove_done_callback(self._on_watcher_done)
             watcher.cancel()
 
