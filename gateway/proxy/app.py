@@ -23,11 +23,13 @@ from gateway.asgi.errorformat import (
     send_openwhisk_error,
 )
 from gateway.http.abandon import ABANDONED
+from gateway.http.departure import DEPARTURE
 from gateway.http.framing import body_framing
 from gateway.http.status import send_bytes, send_status
 from gateway.http.types import Receive, Scope, Send
 from gateway.http.websocket import http_send
 from gateway.proxy.body import ClientDisconnected, RequestBody, read_small
+from gateway.proxy.client_watch import ClientWatch
 from gateway.proxy.headers import (
     HeaderPolicy,
     ImpersonationRefused,
@@ -211,44 +213,61 @@ class ProxyApp:
         elif length > 0 or chunked:
             body = RequestBody(receive, length)
         long_running = digest is not None and digest.long_running
-        started = time.perf_counter()
-        try:
-            resp = await self.transport.send(
-                scope["method"], url, headers, body, long_running=long_running
-            )
-        except (UpstreamError, ClientDisconnected) as exc:
-            if isinstance(body, RequestBody) and body.left:
-                # The transport aborted the upstream request and closed its connection.
-                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
-                return
-            assert isinstance(exc, UpstreamError)
-            await self._failed(route, exc, started, scope, send)
+        # From here on, a client that goes away ends the request (``client_watch``).
+        watch = ClientWatch(receive, scope.get(DEPARTURE))
+        if isinstance(body, RequestBody):
+            body.on_done = watch.body_read
+            watch.arm(reading_body=True)
+        else:
+            watch.arm(reading_body=False)
+        if watch.left:
+            log.debug("%s %s: request aborted before it was sent: the client went away",
+                      scope["method"], path)  # fmt: skip
             return
-        elapsed = time.perf_counter() - started
-        if context is not None:
-            context.upstream_seconds = elapsed
-        if self.observe:
-            self.observe(route.url, "", elapsed)
-        # While the body still streams (the upstream answered early), its iterator is the one
-        # reader of ``receive`` and notices a client that leaves; a second reader would steal
-        # body chunks.
-        watch = not (isinstance(body, RequestBody) and not body.done)
+        # One frame for the whole exchange (a helper coroutine costs ~2k instructions).
         try:
-            await self._relay(resp, receive, send, added_headers(scope), watch)
-        except UpstreamError as exc:
-            if isinstance(body, RequestBody) and body.left:
-                log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
-                _ABANDONED.set(True)
+            started = time.perf_counter()
+            try:
+                resp = await self.transport.send(
+                    scope["method"], url, headers, body, long_running=long_running
+                )
+            except (UpstreamError, ClientDisconnected) as exc:
+                if (isinstance(body, RequestBody) and body.left) or watch.left:
+                    # The transport aborted the upstream request and closed its connection.
+                    log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                    return
+                assert isinstance(exc, UpstreamError)
+                await self._failed(route, exc, started, scope, send)
                 return
-            # Headers are out, so no status can be sent any more and the framing the client
-            # was promised cannot be kept: end this response by closing its connection.
-            log.warning(
-                "upstream %s failed mid-response to %s %s: %s: %s; closing the client "
-                "connection", route.url, scope["method"], path, exc.kind, exc,
-            )  # fmt: skip
-            _ABANDONED.set(True)
+            elapsed = time.perf_counter() - started
+            if context is not None:
+                context.upstream_seconds = elapsed
+            if self.observe:
+                self.observe(route.url, "", elapsed)
+            try:
+                await self._relay(resp, send, added_headers(scope), watch)
+            except UpstreamError as exc:
+                if (isinstance(body, RequestBody) and body.left) or watch.left:
+                    log.debug("%s %s: request aborted: %s", scope["method"], path, exc)
+                    _ABANDONED.set(True)
+                    return
+                # Headers are out, so no status can be sent any more and the framing the
+                # client was promised cannot be kept: end this response by closing its
+                # connection.
+                log.warning(
+                    "upstream %s failed mid-response to %s %s: %s: %s; closing the client "
+                    "connection", route.url, scope["method"], path, exc.kind, exc,
+                )  # fmt: skip
+                _ABANDONED.set(True)
+            finally:
+                await resp.aclose()
+        except asyncio.CancelledError:
+            if not watch.handled():
+                raise
+            log.debug("%s %s: request aborted: the client went away; upstream request "
+                      "abandoned", scope["method"], path)  # fmt: skip
         finally:
-            await resp.aclose()
+            watch.disarm()
 
     async def _failed(
         self, route: UpstreamRoute, exc: UpstreamError, started: float, scope: Scope, send: Send
@@ -329,43 +348,27 @@ class ProxyApp:
     async def _relay(
         self,
         resp: UpstreamResponse,
-        receive: Receive,
         send: Send,
         extra: list[tuple[bytes, bytes]] | None,
-        watch: bool,
+        watch: ClientWatch,
     ) -> None:
         headers = response_headers(resp.headers)
         if extra:
             headers += extra
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if resp.body is not None:
+            if watch.watching:
+                watch.disarm()  # the last message: receive() then says http.disconnect
             await send({"type": "http.response.body", "body": resp.body})
             return
-        if not watch:
-            await _pump(resp, send)
-            return
-        # A stream of unknown length may never end (watch, SSE): stop when the client leaves.
-        task = asyncio.current_task()
-        assert task is not None
-        left = False
-
-        def on_disconnect(f: asyncio.Future[None]) -> None:
-            nonlocal left
-            if not f.cancelled():
-                left = True
-                task.cancel()
-
-        watcher = asyncio.ensure_future(_wait_disconnect(receive))
-        watcher.add_done_callback(on_disconnect)
-        try:
-            await _pump(resp, send)
-        except asyncio.CancelledError:
-            if not left:
-                raise
-            task.uncancel()
-        finally:
-            watcher.remove_done_callback(on_disconnect)
-            watcher.cancel()
+        # A stream may never end (watch, SSE): it stops when the client leaves.
+        async for chunk in resp.stream():
+            if watch.left:
+                return  # noticed in a send (the task was not cancelled): stop here
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if watch.watching:
+            watch.disarm()
+        await send({"type": "http.response.body", "body": b""})
 
 
 def _target(route: UpstreamRoute, scope: Scope) -> str:
@@ -398,16 +401,3 @@ def _strip_prefix(raw_path: bytes, prefix: str) -> bytes:
         i += 3 if raw_path[i : i + 1] == b"%" else 1
     rest = raw_path[i:]
     return rest if rest.startswith(b"/") else b"/" + rest
-
-
-async def _pump(resp: UpstreamResponse, send: Send) -> None:
-    async for chunk in resp.stream():
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -15,6 +15,8 @@ transport wrote and drained the previous one, so a request holds O(one message) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.http.types import Receive
 
 
@@ -27,7 +29,7 @@ class RequestBody:
     """An async iterator of body chunks; ``left`` tells, after an error, that the client was
     at fault (the transport may have wrapped ``ClientDisconnected`` in its own exception)."""
 
-    __slots__ = ("_receive", "done", "expected", "left", "received")
+    __slots__ = ("_receive", "done", "expected", "left", "on_done", "received")
 
     def __init__(self, receive: Receive, expected: int) -> None:
         self._receive = receive
@@ -35,6 +37,8 @@ class RequestBody:
         self.received = 0
         self.done = False
         self.left = False
+        # Called once the body was read whole: ``receive()`` then has no reader.
+        self.on_done: Callable[[], None] | None = None
 
     def __aiter__(self) -> RequestBody:
         return self
@@ -57,6 +61,8 @@ class RequestBody:
                         f"request body of {self.received} bytes, "
                         f"Content-Length said {self.expected}"
                     )
+                if self.on_done is not None:
+                    self.on_done()
             if body:
                 return body
         raise StopAsyncIteration

@@ -17,6 +17,7 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.exceptions import FlowControlError, ProtocolError, StreamClosedError
 
+from gateway.http.departure import DEPARTURE, Departure
 from gateway.http.status import status_body
 
 
@@ -47,15 +48,17 @@ class Stream:
     """A request's state; the connection sets the events, the app's task awaits them."""
 
     __slots__ = (
-        "asked_at", "blocked_since", "body", "delivered", "disconnected", "event", "last_data",
-        "more_body", "proto", "response_complete", "response_started", "scope", "stream_id",
-        "unacked", "waiting", "writable",
+        "asked_at", "blocked_since", "body", "delivered", "departure", "disconnected", "event",
+        "last_data", "more_body", "proto", "response_complete", "response_started", "scope",
+        "stream_id", "unacked", "waiting", "writable",
     )  # fmt: skip
 
     def __init__(self, proto: Owner, stream_id: int, scope: dict[str, Any]) -> None:
         self.proto = proto
         self.stream_id = stream_id
         self.scope = scope
+        # Told when the stream is reset or lost while the app runs (``gateway.http.departure``).
+        self.departure = scope[DEPARTURE] = Departure()
         self.body: list[bytes] = []
         self.unacked = 0  # flow-controlled bytes received, not yet taken by the app
         self.more_body = True
@@ -76,6 +79,8 @@ class Stream:
     def disconnect(self) -> None:
         self.disconnected = True
         self.wake()
+        if not self.response_complete:
+            self.departure()
 
     async def run(self) -> None:
         try:

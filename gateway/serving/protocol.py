@@ -14,7 +14,10 @@ counts requests together with connections. ``ClientGuard`` adds, per connection:
 - uvicorn's keep-alive timeout, taken from the settings;
 - a head size bound: 431 and close; bytes pipelined behind a request being served pause
   reading at the same bound instead of being buffered;
-- a cap on open connections: a connection over it gets 503 and is closed.
+- a cap on open connections: a connection over it gets 503 and is closed;
+- a ``Departure`` in each request's scope (``gateway.http.departure``), called when the
+  connection is lost or closed by one of these limits while the request runs, so an app that
+  is not in ``receive()`` (a proxy waiting for its upstream) hears of it too.
 
 Cost: one timer handle per connection, armed at ``connection_made`` and re-armed only when it
 fires (at the next deadline, or after the shortest timeout). The per-read work is one clock
@@ -35,6 +38,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.http.zttp_impl import ZttpProtocol
 
+from gateway.http.departure import DEPARTURE, Departure
 from gateway.http.peer import PeerCertificates, WithPeerCertificates
 from gateway.serving.limits import ClientLimits
 from gateway.serving.responses import closing_response
@@ -184,6 +188,15 @@ class ClientGuard(_Base):
             g.timer.cancel()
             g.timer = None
         super().connection_lost(exc)
+        self._departed()
+
+    def _departed(self) -> None:
+        """Tell the running request its client is gone (as uvicorn, the current cycle)."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            departure = cycle.scope.get(DEPARTURE)
+            if departure is not None:
+                departure()
 
     def data_received(self, data: bytes) -> None:
         g = self._guard
@@ -202,6 +215,10 @@ class ClientGuard(_Base):
             if size > g.max_head and self._head_too_large(g, cycle, data, size):
                 return
         super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and DEPARTURE not in cycle.scope:
+            # A new request (its task has not run yet; the app finds it in its scope).
+            cycle.scope[DEPARTURE] = Departure()
 
     def _head_too_large(self, g: _State, cycle: Any, data: bytes, size: int) -> bool:
         limit = g.max_head
@@ -226,6 +243,7 @@ class ClientGuard(_Base):
         # uvicorn's own clean-up for a lost connection (with an error, so that it leaves the
         # transport open): disconnects the cycle, wakes its receive(), leaves ``connections``.
         super().connection_lost(ConnectionAbortedError())
+        self._departed()
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
@@ -242,6 +260,7 @@ class ClientGuard(_Base):
             cycle.disconnected = True
             cycle.message_event.set()
             self.flow.resume_writing()
+            self._departed()
         if abort:
             self.transport.abort()
             return

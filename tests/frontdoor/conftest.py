@@ -126,14 +126,30 @@ class Upstream:
     ``/stream/{n}``: n chunks, the rest after ``/release/stream``; ``/watchlist/{n}``: a
     watch-list's n initial events, its ``k8s.io/initial-events-end`` bookmark after
     ``/release/bookmark`` (split over two chunks), the end after ``/release/stream``;
-    ``/upload``: byte count."""
+    ``/upload``: byte count. A held request or stream whose client (the gateway) closes the
+    connection ends there, as a real server's would, its id in ``dropped``: a server stops
+    (in a test's teardown) only once its requests have ended."""
 
     def __init__(self) -> None:
         self.events: dict[str, asyncio.Event] = {}
         self.holding: set[str] = set()
+        self.dropped: list[str] = []
 
     def event(self, key: str) -> asyncio.Event:
         return self.events.setdefault(key, asyncio.Event())
+
+    async def until(self, key: str, gone: asyncio.Future[None]) -> bool:
+        """Wait for ``/release/{key}``: True, or False once the client has gone away
+        (``gone``: ``_disconnected``'s task)."""
+        released = asyncio.ensure_future(self.event(key).wait())
+        try:
+            await asyncio.wait((released, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            released.cancel()
+        if released.done() and not released.cancelled():
+            return True
+        self.dropped.append(key)
+        return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -145,27 +161,17 @@ class Upstream:
             if p in ("hold", "release", "stream", "watchlist", "echo", "upload", "holding"):
                 parts = parts[i:]
                 break
-        if parts[0] == "hold":
-            key = parts[1]
-            self.holding.add(key)
+        if parts[0] in ("hold", "stream"):  # held until released, or the client leaves
+            gone = asyncio.ensure_future(_disconnected(receive))
             try:
-                await self.event(key).wait()
+                await self._held(parts, gone, send)
             finally:
-                self.holding.discard(key)
-            await _reply(send, 200, b"released " + key.encode())
+                gone.cancel()
         elif parts[0] == "release":
             self.event(parts[1]).set()
             await _reply(send, 200, b"ok")
         elif parts[0] == "holding":
             await _reply(send, 200, json.dumps(sorted(self.holding)).encode())
-        elif parts[0] == "stream":
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/plain")]})  # fmt: skip
-            for i in range(int(parts[1])):
-                await send({"type": "http.response.body", "body": f"chunk{i}\n".encode(),
-                            "more_body": True})  # fmt: skip
-            await self.event("stream").wait()
-            await send({"type": "http.response.body", "body": b"end\n"})
         elif parts[0] == "watchlist":
             await self._watch_list(send, int(parts[1]))
         elif parts[0] == "upload":
@@ -186,6 +192,31 @@ class Upstream:
             }  # fmt: skip
             await _reply(send, 200, json.dumps(doc).encode(), b"application/json")
 
+    async def _held(self, parts: list[str], gone: asyncio.Future[None], send: Send) -> None:
+        if parts[0] == "hold":
+            key = parts[1]
+            self.holding.add(key)
+            try:
+                if not await self.until(key, gone):
+                    return
+            finally:
+                self.holding.discard(key)
+            await _reply(send, 200, b"released " + key.encode())
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain")]})  # fmt: skip
+        for i in range(int(parts[1])):
+            if i % 1024 == 0:
+                # A send to a closed connection returns without suspending: let ``gone`` run.
+                await asyncio.sleep(0)
+            if gone.done():
+                self.dropped.append("stream")
+                return
+            await send({"type": "http.response.body", "body": f"chunk{i}\n".encode(),
+                        "more_body": True})  # fmt: skip
+        if await self.until("stream", gone):
+            await send({"type": "http.response.body", "body": b"end\n"})
+
     async def _watch_list(self, send: Send, events: int) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})  # fmt: skip
@@ -202,6 +233,11 @@ class Upstream:
             await send({"type": "http.response.body", "body": part, "more_body": True})
         await self.event("stream").wait()
         await send({"type": "http.response.body", "body": b""})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _reply(send: Send, code: int, body: bytes, ctype: bytes = b"text/plain") -> None:
