@@ -34,8 +34,9 @@ log = logging.getLogger("gateway.sidecar")
 SERVE_ONLY = ("listen", "tls", "upstreams", "proxy", "client", "httpImplementation",
               "shutdownGracePeriod", "configPollInterval")  # fmt: skip
 # Client certificates reach the authenticator from serve's own TLS listener
-# (``gateway.serving``); the app's server (uvicorn, hypercorn) does not hand them to the app,
-# so these would never authenticate anyone in-process: refused rather than silently inert.
+# (``gateway.serving``); the app's server does not hand them to the app (uvicorn passes no
+# client certificate at all), so these would authenticate no one in-process: refused rather
+# than silently inert (decision 0029).
 LISTENER_ONLY = ("authentication.clientCAFile", "authentication.requestHeader.clientCAFile")
 
 
