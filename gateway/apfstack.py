@@ -1,5 +1,6 @@
-"""APF admission built from loaded settings: the controller with its metrics and debug dumps,
-work estimation, and ``FlowControlMiddleware`` around the gateway's local endpoints.
+"""APF admission built from loaded settings: authentication with its metrics, the controller
+with its metrics and debug dumps, work estimation, and ``FlowControlMiddleware`` around the
+gateway's local endpoints.
 
 One builder for both uses, so they cannot drift apart: ``apf-gateway serve``
 (``server.Gateway``, in front of the proxy) and in-process use (``gateway.sidecar``, in front
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
 
 from gateway.apfconfig import bootstrap
 from gateway.asgi.describe import RequestDescriber
@@ -22,7 +25,27 @@ from gateway.flowcontrol import debug
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp
 from gateway.metrics.apf import APFMetrics
+from gateway.metrics.authn import AuthenticationMetrics
+from gateway.settings.model import GatewaySettings
 from gateway.settings.sources import LoadedConfig
+
+
+def build_describer(
+    settings: GatewaySettings, registry: CollectorRegistry
+) -> tuple[RequestDescriber, AuthenticationMetrics]:
+    """Authentication and request info from ``settings`` (reads the credential files and the
+    ``--authentication-config``; raises ``CredentialFileError``/``ValueError`` naming them),
+    with kube's authentication metrics registered in ``registry`` and fed by the describer."""
+    describer = RequestDescriber.from_settings(settings.authentication, settings.route_templates)
+    metrics = AuthenticationMetrics(time.time)
+    registry.register(metrics)
+    describer.on_authentication_config_reload = metrics.observe_config_reload
+    describer.on_webhook_request = metrics.observe_webhook
+    describer.on_jwt_verify = metrics.observe_jwt
+    describer.wire(describer.authenticator)
+    metrics.attempts = describer.attempts
+    metrics.durations = describer.durations
+    return describer, metrics
 
 
 def build_controller(

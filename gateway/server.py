@@ -21,10 +21,9 @@ from prometheus_client import CollectorRegistry
 from gateway.accesslog.fields import formatter
 from gateway.accesslog.middleware import RequestLog
 from gateway.accesslog.writer import AccessLogWriter
-from gateway.apfstack import build_controller, build_flow_control
+from gateway.apfstack import build_controller, build_describer, build_flow_control
 from gateway.asgi.canonical import BadPath, canonicalize
 from gateway.asgi.credentials import read_bearer_token
-from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.endpoints import LocalEndpoints
 from gateway.asgi.errorformat import send_refused
 from gateway.asgi.flowcontrol import Estimator, FlowControlMiddleware, unit_estimator
@@ -35,7 +34,6 @@ from gateway.clock import AsyncioEventClock, EventClock
 from gateway.flowcontrol.controller import FlowController
 from gateway.http.types import ASGIApp, Receive, Scope, Send
 from gateway.http.websocket import http_send
-from gateway.metrics.authn import AuthenticationMetrics
 from gateway.metrics.frontdoor import FrontDoorMetrics
 from gateway.proxy.app import ProxyApp, UpstreamRoute
 from gateway.proxy.headers import HeaderPolicy
@@ -111,17 +109,7 @@ class Gateway:
         self.metrics.client = self.client_limits
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
-        self.describer = RequestDescriber.from_settings(
-            settings.authentication, settings.route_templates
-        )
-        self.authn_metrics = AuthenticationMetrics(time.time)
-        self.registry.register(self.authn_metrics)
-        self.describer.on_authentication_config_reload = self.authn_metrics.observe_config_reload
-        self.describer.on_webhook_request = self.authn_metrics.observe_webhook
-        self.describer.on_jwt_verify = self.authn_metrics.observe_jwt
-        self.describer.wire(self.describer.authenticator)
-        self.authn_metrics.attempts = self.describer.attempts
-        self.authn_metrics.durations = self.describer.durations
+        self.describer, self.authn_metrics = build_describer(settings, self.registry)
         p = settings.proxy
         upstream_tls = UpstreamTLS(settings)
         self.transport = transport or create_transport(
@@ -326,18 +314,10 @@ class Gateway:
                     _RefusePath(exc, self.error_format), scope, receive, send
                 )
                 return
-            # the probes; everything else goes to admission
-            if self.describer.authenticator.prefetch is not None:
-                await self.request_log.serve(self._prefetched, scope, receive, send)
-            else:
-                await self.request_log.serve(self.health, scope, receive, send)
+            # the probes; everything else goes to admission, which awaits the authenticator's
+            # prefetch (an issuer's keys, a webhook's answer) before describing the request
+            await self.request_log.serve(self.health, scope, receive, send)
             return
-        await self.health(scope, receive, send)
-
-    async def _prefetched(self, scope: Scope, receive: Receive, send: Send) -> None:
-        prefetch = self.describer.authenticator.prefetch
-        if prefetch is not None:  # an issuer's keys not held yet (gateway.asgi.authn)
-            await prefetch(scope)
         await self.health(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -361,6 +341,7 @@ class Gateway:
                     self.flow_control.stop()
                 for task in self.background:
                     task.cancel()
+                await self.describer.authenticator.aclose()  # the issuers' key refreshes
                 if self.reloader is not None:
                     await self.reloader.stop()
                 await self.transport.aclose()

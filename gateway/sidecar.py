@@ -4,7 +4,10 @@
 as ``apf-gateway serve`` (``gateway.settings.sources.load_config``: FlowSchemas and
 PriorityLevelConfigurations, with Kubernetes' mandatory and suggested objects ensured as the
 API server ensures them, and an optional ``GatewayConfiguration`` document), and builds the
-same admission stack as ``serve`` (``gateway.apfstack``) with the app in place of the proxy.
+same admission stack as ``serve`` (``gateway.apfstack``) with the app in place of the proxy:
+the same authenticators (token file, OpenWhisk keys, front-proxy headers from trusted networks,
+the JWT issuers of ``authenticationConfig``, the token webhook) awaited and checked in the same
+place (decision 0029). Client certificates are refused: they need ``serve``'s TLS listener.
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gateway.apfstack import build_controller, build_flow_control
-from gateway.asgi.describe import RequestDescriber
+from gateway.apfstack import build_controller, build_describer, build_flow_control
 from gateway.asgi.endpoints import LocalEndpoints
 from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.clock import AsyncioEventClock
@@ -29,8 +31,13 @@ log = logging.getLogger("gateway.sidecar")
 
 # GatewayConfiguration keys that only ``apf-gateway serve`` reads (its listener, proxy and
 # reload): stated for a sidecar they are ignored, with a warning.
-SERVE_ONLY = ("listen", "upstreams", "proxy", "client", "httpImplementation",
+SERVE_ONLY = ("listen", "tls", "upstreams", "proxy", "client", "httpImplementation",
               "shutdownGracePeriod", "configPollInterval")  # fmt: skip
+# Client certificates reach the authenticator from serve's own TLS listener
+# (``gateway.serving``); the app's server does not hand them to the app (uvicorn passes no
+# client certificate at all), so these would authenticate no one in-process: refused rather
+# than silently inert (decision 0029).
+LISTENER_ONLY = ("authentication.clientCAFile", "authentication.requestHeader.clientCAFile")
 
 
 def build_middleware(
@@ -47,14 +54,18 @@ def build_middleware(
     kube-apiserver's ``--token-auth-file`` CSV (``token,user,uid,"group1,group2"``), the same
     as ``settings={"authentication": {"tokenAuthFile": ...}}``. ``settings``: GatewayConfiguration
     keys in the document's camelCase shape, which win over the files' as flags do.
-    ``registry``: where the APF metrics go (default: a registry of their own); the middleware
-    serves it at ``/metrics`` and the APF debug dumps under
+    ``registry``: where the APF and authentication metrics go (default: a registry of their
+    own); the middleware serves it at ``/metrics`` and the APF debug dumps under
     ``/debug/api_priority_and_fairness/``, behind admission as kube-apiserver does.
 
     Reads and checks everything now, so a bad file fails at import, not at the first request:
-    raises ``ConfigLoadError`` (naming file, document and field) or ``CredentialFileError``.
-    The controller is built on the first request, on the running event loop, which its clock
-    and its borrowing adjuster need.
+    raises ``ConfigLoadError`` (naming file, document and field), ``CredentialFileError`` (a
+    token file's line, a webhook kubeconfig), ``AuthenticationConfigError`` (the
+    ``authenticationConfig`` file's fields, as kube names them) or ``ValueError`` (a setting
+    the sidecar cannot honour, the ``jwt`` extra missing). The controller is built at the
+    app's lifespan startup, on the running event loop its clock and borrowing need (or on the
+    first request, for a server run without lifespan); lifespan shutdown stops borrowing and
+    the issuers' key refreshes.
     """
     overrides = dict(settings or {})
     if token_file is not None:
@@ -66,15 +77,25 @@ def build_middleware(
             f"{loaded.where}: enablePriorityAndFairness: false is for apf-gateway serve only; "
             "the sidecar middleware is API Priority and Fairness"
         )
+    auth = s.authentication
+    for key, value in zip(LISTENER_ONLY, (auth.client_ca_file, auth.request_header.client_ca_file),
+                          strict=True):  # fmt: skip
+        if value:
+            raise ValueError(
+                f"{loaded.where}: {key}: client certificates need apf-gateway serve's TLS "
+                "listener; in-process, the app's server does not pass them to the app "
+                "(front-proxy headers: use authentication.requestHeader.allowedCIDRs)"
+            )
     for key in SERVE_ONLY:
         if key in loaded.stated:
             log.warning("%s: %s is ignored in-process (apf-gateway serve only)", loaded.where, key)
+    registry = registry or CollectorRegistry(auto_describe=False)
+    describer, _ = build_describer(s, registry)
     endpoints = LocalEndpoints(
-        app, registry=registry or CollectorRegistry(auto_describe=False),
-        debug_groups=s.debug_allowed_groups, metrics_groups=s.metrics_allowed_groups,
+        app, registry=registry, debug_groups=s.debug_allowed_groups,
+        metrics_groups=s.metrics_allowed_groups,
     )  # fmt: skip
     clock = AsyncioEventClock()
-    describer = RequestDescriber.from_settings(s.authentication, s.route_templates)
     middleware, _ = build_flow_control(
         endpoints, loaded, controller=lambda: build_controller(endpoints, loaded, clock),
         now=clock.now, describer=describer,

@@ -85,6 +85,8 @@ INTERPRETED_IMPORTS = {
     # Per request but light: a watch's initialization point, the deadline registry's two dict
     # operations, the list options' integer check (docs/performance.md, issue 24).
     "gateway.asgi.watchinit", "gateway.asgi.deadline", "gateway.flowcontrol.queryvalues",
+    # once per process: the app's lifespan startup and shutdown (decision 0029)
+    "gateway.asgi.lifespan",
 }  # fmt: skip
 
 

@@ -65,6 +65,10 @@ class BearerAuthenticator(Protocol):
 class TokenAuthenticator(BearerAuthenticator, Protocol):
     """The JWT authenticators (``asgi.jwtauth``, loaded by name)."""
 
+    async def aclose(self) -> None:
+        """Cancel the issuers' key refreshes running in the background."""
+        ...
+
     # (issuer hash, result, seconds) of an uncached verification, for the metrics
     observe: Callable[[str, str, float], None] | None
 
@@ -217,11 +221,19 @@ class RequestAuthenticator:
         self.jwt = jwt
         self.webhook = webhook
         self.config_digest = ""  # of the --authentication-config file this was built from
-        # Awaited before ``authenticate`` when set (``server.Gateway``); None costs nothing.
+        # Awaited before ``authenticate`` when set (by the admission middlewares, before they
+        # describe the request: ``serve``, the sidecar and the middleware by hand alike); None
+        # costs nothing.
         self.prefetch = self._prefetch if jwt is not None or webhook is not None else None
         self.openwhisk_keys = dict(openwhisk_keys or {})
         self.front_proxy = front_proxy or FrontProxyConfig()
         self.anonymous = anonymous
+
+    async def aclose(self) -> None:
+        """At shutdown (the lifespan of ``serve`` or of the sidecar's app): the background
+        work of the sources, today the JWT issuers' key refreshes, is cancelled and awaited."""
+        if self.jwt is not None:
+            await self.jwt.aclose()
 
     async def _prefetch(self, scope: Scope) -> None:
         """kube's union in order: the token file, the JWT authenticators, then the webhook,

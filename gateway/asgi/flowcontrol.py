@@ -36,6 +36,7 @@ from gateway.asgi.errorformat import (
     throttled_message,
 )
 from gateway.asgi.innerapp import adds_response_headers, selector
+from gateway.asgi.lifespan import run_lifespan
 from gateway.asgi.readahead import DEFAULT_BUDGET, ReadAhead, ReadAheadBudget
 from gateway.asgi.refusal import RequestRefused
 from gateway.asgi.reject import send_too_many_requests
@@ -242,11 +243,35 @@ class FlowControlMiddleware:
     def _pf_headers(self, c: Classification) -> list[tuple[bytes, bytes]]:
         return [(FS_HEADER, c.fs_uid.encode()), (PL_HEADER, c.pl_uid.encode())]
 
+    def _startup(self) -> None:
+        """Lifespan startup, on the running loop: build the controller now (a factory's) and
+        start borrowing, rather than on the first request."""
+        _ = self.controller  # the property builds it
+        self.start()
+
+    async def aclose(self) -> None:
+        """Lifespan shutdown: stop borrowing and the authenticator's background work (the JWT
+        issuers' key refreshes), which would otherwise outlive the event loop."""
+        self.stop()
+        if self._trimming is not None:
+            self._trimming.cancel()
+            self._trimming = None
+        await self.describer.authenticator.aclose()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
+            if kind == "lifespan":
+                await run_lifespan(self.app, scope, receive, send, startup=self._startup,
+                                   shutdown=self.aclose)  # fmt: skip
+            else:
+                await self.app(scope, receive, send)
             return
+        # The one wait before the request is described: a JWT issuer's keys not held yet, a
+        # token webhook's answer not cached (``gateway.asgi.authn``); None costs nothing.
+        prefetch = self.describer.authenticator.prefetch
+        if prefetch is not None:
+            await prefetch(scope)
         started = self._decide(scope)
         if isinstance(started, Admission):
             if kind == "http" and self._app_adds_headers and not started.watch:

@@ -222,6 +222,11 @@ class JWTAuthenticators:
     def keysets(self) -> list[KeySet]:
         return [a.keys for a in self.by_issuer.values()]
 
+    async def aclose(self) -> None:
+        """Shutdown: stop the key refreshes running in the background."""
+        for keys in self.keysets():
+            await keys.aclose()
+
     def _cached(self, token: str) -> UserInfo | None:
         hit = self._cache.get(token)
         if hit is None:

@@ -10,6 +10,7 @@ injected (``now``) so the schedule and the rate limit are tested with a fake clo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -127,6 +128,14 @@ class KeySet:
         task = self._task
         if task is not None:
             await asyncio.shield(task)
+
+    async def aclose(self) -> None:
+        """Shutdown: cancel a refresh still running (it would outlive the event loop)."""
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _start(self) -> None:
         self.last_fetch_start = self.now()

@@ -69,6 +69,9 @@ class MaxInFlightMiddleware:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        prefetch = self.describer.authenticator.prefetch
+        if prefetch is not None:  # as FlowControlMiddleware: an issuer's keys, a webhook
+            await prefetch(scope)
         try:
             digest = self.describer.describe(scope)
         except RequestRefused as exc:

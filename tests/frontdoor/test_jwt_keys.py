@@ -14,7 +14,12 @@ from gateway.asgi.authn import RequestAuthenticator, Unauthorized
 from gateway.asgi.jwtauth import JWTAuthenticator, JWTAuthenticators, TokenInvalid
 from gateway.asgi.jwtkeys import KeySet
 from gateway.testing import FakeEventClock
-from tests.support.issuer import Issuer, SigningKey, running_issuer
+from tests.support.issuer import (
+    Issuer,
+    SigningKey,
+    authentication_configuration,
+    running_issuer,
+)
 from tests.support.wait import async_wait_until
 
 
@@ -28,32 +33,10 @@ def issuer(tmp_path: Path, rsa_key: SigningKey) -> Iterator[Issuer]:
     yield from running_issuer(tmp_path, [rsa_key, SigningKey.new("e1", "ES256")])
 
 
-def config(issuer: Issuer, **mappings: object) -> dict[str, object]:
-    return {
-        "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "AuthenticationConfiguration",
-        "jwt": [
-            {
-                "issuer": {
-                    "url": issuer.url,
-                    "audiences": ["apf"],
-                    "certificateAuthority": issuer.ca.cert_pem,
-                },
-                "claimMappings": {
-                    "username": {"claim": "preferred_username", "prefix": "oidc:"},
-                    "groups": {"claim": "groups", "prefix": "oidc:"},
-                    "uid": {"claim": "sub"},
-                },
-                **mappings,
-            }
-        ],
-    }
-
-
 def authenticators(
     issuer: Issuer, clock: FakeEventClock | None = None, **mappings: object
 ) -> JWTAuthenticators:
-    (c,) = parse_authentication_config(config(issuer, **mappings))
+    (c,) = parse_authentication_config(authentication_configuration(issuer, **mappings))
     keys = KeySet(c.issuer, now=(clock or FakeEventClock()).now)
     return JWTAuthenticators([JWTAuthenticator(c, keys)])
 

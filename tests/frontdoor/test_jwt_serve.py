@@ -17,7 +17,13 @@ import yaml
 
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.platform.platform_support import scrape
-from tests.support.issuer import Issuer, SigningKey, running_issuer
+from tests.support.issuer import (
+    REALM_ROLES,
+    Issuer,
+    SigningKey,
+    authentication_configuration,
+    running_issuer,
+)
 from tests.support.ports import free_port
 from tests.support.wait import async_wait_until, wait_until
 
@@ -39,26 +45,7 @@ spec:
 
 def authentication_config(issuer: Issuer, prefix: str = "oidc:") -> str:
     """Keycloak-shaped claims: preferred_username, realm roles as groups."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "apiserver.config.k8s.io/v1",
-            "kind": "AuthenticationConfiguration",
-            "jwt": [
-                {
-                    "issuer": {
-                        "url": issuer.url,
-                        "audiences": ["apf"],
-                        "certificateAuthority": issuer.ca.cert_pem,
-                    },
-                    "claimMappings": {
-                        "username": {"claim": "preferred_username", "prefix": prefix},
-                        "groups": {"expression": "claims.realm_access.roles.map(r, 'oidc:' + r)"},
-                        "uid": {"claim": "sub"},
-                    },
-                }
-            ],
-        }
-    )
+    return yaml.safe_dump(authentication_configuration(issuer, prefix=prefix, groups=REALM_ROLES))
 
 
 @pytest.fixture

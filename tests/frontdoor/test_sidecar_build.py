@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from gateway.asgi.authconfig import AuthenticationConfigError
 from gateway.asgi.flowcontrol import FlowControlMiddleware
 from gateway.settings.load import CredentialFileError
 from gateway.settings.sources import ConfigLoadError
@@ -58,6 +59,42 @@ def test_a_bad_token_file_fails_at_build_naming_its_line(tmp_path: Path) -> None
         build_middleware(API, token_file=bad)
 
 
+@pytest.mark.parametrize(
+    ("key", "authentication"),
+    [
+        ("clientCAFile", {"clientCAFile": "ca.crt"}),
+        ("requestHeader.clientCAFile", {"requestHeader": {"clientCAFile": "ca.crt"}}),
+    ],
+)
+def test_client_certificates_are_refused_at_build(
+    key: str, authentication: dict[str, object]
+) -> None:
+    # With serve's TLS listener in a shared configuration (ignored in-process, with a warning):
+    # the app's server never hands the certificate to the app, so it would authenticate no one.
+    settings = {"tls": {"certFile": "tls.crt", "privateKeyFile": "tls.key"},
+                "authentication": authentication}  # fmt: skip
+    with pytest.raises(ValueError, match=rf"authentication\.{key}: client certificates need"):
+        build_middleware(API, settings=settings)
+
+
+def test_a_bad_authentication_config_fails_at_build_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "authn.yaml"
+    bad.write_text(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n"
+        "jwt:\n- issuer: {url: 'http://issuer.example', audiences: [apf]}\n"
+        "  claimMappings: {username: {claim: sub, prefix: ''}}\n"
+    )
+    with pytest.raises(AuthenticationConfigError, match=r"authn\.yaml: jwt\[0\]\.issuer\.url"):
+        build_middleware(API, settings={"authentication": {"authenticationConfig": str(bad)}})
+
+
+def test_a_bad_webhook_kubeconfig_fails_at_build(tmp_path: Path) -> None:
+    bad = tmp_path / "webhook.kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    with pytest.raises(CredentialFileError, match=r"clusters\[0\]\.cluster\.server"):
+        build_middleware(API, settings={"authentication": {"webhook": {"configFile": str(bad)}}})
+
+
 def test_apf_off_is_refused() -> None:
     with pytest.raises(ValueError, match="enablePriorityAndFairness"):
         build_middleware(API, settings={"enablePriorityAndFairness": False})
@@ -66,10 +103,16 @@ def test_apf_off_is_refused() -> None:
 def test_settings_only_serve_reads_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, "gateway.sidecar"):
         middleware = build_middleware(
-            API, settings={"upstreams": [{"url": "http://127.0.0.1:1"}], "requestTimeout": "20s"}
+            API,
+            settings={
+                "upstreams": [{"url": "http://127.0.0.1:1"}],
+                "tls": {"certFile": "tls.crt", "privateKeyFile": "tls.key"},
+                "requestTimeout": "20s",
+            },
         )
     assert [r.getMessage() for r in caplog.records] == [
-        "command line: upstreams is ignored in-process (apf-gateway serve only)"
+        "command line: tls is ignored in-process (apf-gateway serve only)",
+        "command line: upstreams is ignored in-process (apf-gateway serve only)",
     ]
     assert middleware.request_timeout == 20.0  # the others apply
 

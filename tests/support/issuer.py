@@ -193,3 +193,40 @@ def running_issuer(directory: Path, keys: list[SigningKey]) -> Iterator[Issuer]:
         yield issuer
     finally:
         issuer.stop()
+
+
+def authentication_configuration(
+    issuer: Issuer,
+    *,
+    prefix: str = "oidc:",
+    groups: dict[str, str] | None = None,
+    **fields: object,
+) -> dict[str, object]:
+    """kube's ``AuthenticationConfiguration`` with one JWT authenticator for ``issuer``
+    (audience ``apf``, the test CA): the username from ``preferred_username`` with ``prefix``,
+    the uid from ``sub``, the groups from ``groups`` (default: the ``groups`` claim, prefixed
+    ``oidc:``). ``fields`` replace the authenticator's own (``claimMappings``,
+    ``claimValidationRules``, ...)."""
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AuthenticationConfiguration",
+        "jwt": [
+            {
+                "issuer": {
+                    "url": issuer.url,
+                    "audiences": ["apf"],
+                    "certificateAuthority": issuer.ca.cert_pem,
+                },
+                "claimMappings": {
+                    "username": {"claim": "preferred_username", "prefix": prefix},
+                    "groups": groups or {"claim": "groups", "prefix": "oidc:"},
+                    "uid": {"claim": "sub"},
+                },
+                **fields,
+            }
+        ],
+    }
+
+
+# Keycloak's shape: realm roles as groups.
+REALM_ROLES = {"expression": "claims.realm_access.roles.map(r, 'oidc:' + r)"}
