@@ -241,14 +241,22 @@ def test_rapid_reset_gets_goaway_enhance_your_calm(
     upstream: ServerThread, gateways: list[ServerThread]
 ) -> None:
     gw, c = served(upstream, gateways, maxResetStreams=5)
-    for _ in range(20):
-        sid = c.request("/hold/never")
-        c.conn.reset_stream(sid, ErrorCodes.CANCEL)
-    c.flush()
-    assert c.goaway().error_code == ErrorCodes.ENHANCE_YOUR_CALM
-    c.wait_closed()
-    assert closed(gw, "http2_rapid_reset") == 1
-    c.close()
+    try:
+        # The attack in one write, as a flooding client sends it: flushing each pair lets the
+        # gateway's GOAWAY and close land between two writes (a broken pipe here, not a
+        # failure of the gateway), and data left unread at the close would turn it into a reset.
+        headers = [(":method", "GET"), (":path", "/hold/never"), (":scheme", "http"),
+                   (":authority", "gw.test")]  # fmt: skip
+        for _ in range(20):
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, headers, end_stream=True)
+            c.conn.reset_stream(sid, ErrorCodes.CANCEL)
+        c.flush()
+        assert c.goaway().error_code == ErrorCodes.ENHANCE_YOUR_CALM
+        c.wait_closed()
+        assert closed(gw, "http2_rapid_reset") == 1
+    finally:
+        c.close()
 
 
 def test_reset_budget_window() -> None:
