@@ -37,7 +37,10 @@ def test_a_stalled_reader_drops_lines_and_never_blocks_submit() -> None:
         while True:  # fill the pipe: nobody reads it, so the writer's write() will block
             os.write(write_end, b"-" * 4096)
     os.set_blocking(write_end, True)
-    writer = AccessLogWriter(write_end, format="json", queue_size=10, flush_timeout=10)
+    # batch_interval=0: the thread writes its first line at once and is stuck in write()
+    writer = AccessLogWriter(
+        write_end, format="json", queue_size=10, flush_timeout=10, batch_interval=0
+    )
     writer.start()
     try:
         writer.submit(_entry(0))
