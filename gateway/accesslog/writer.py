@@ -94,11 +94,7 @@ class AccessLogWriter:
         """SIGUSR1 (nginx's semantics, for logrotate without ``copytruncate``): the lines
         queued before it go to the file open now, the ones after it to ``path`` opened anew.
         The thread does it between two writes, so no line is lost or written twice."""
-        if self.path == STDOUT:
-            return
-        if self._worker is None:
-            self._reopen()
-        else:
+        if self.path != STDOUT:
             self.queue.put(REOPEN)  # past the size bound: a mark is not a line
 
     def start(self) -> None:

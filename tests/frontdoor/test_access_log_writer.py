@@ -148,3 +148,51 @@ def test_entries_carry_perf_counter_times_and_lines_carry_wall_clock_time(tmp_pa
     logged = datetime.strptime(json.loads(line)["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
     seconds = logged.replace(tzinfo=UTC).timestamp()
     assert int(before * 1000) / 1000 <= seconds <= after
+
+
+def _ids(path: Path) -> list[str]:
+    return [json.loads(line)["requestID"] for line in path.read_text().splitlines()]
+
+
+def test_reopen_sends_later_lines_to_the_new_file_and_none_twice(tmp_path: Path) -> None:
+    """logrotate's order: rename, then SIGUSR1 (``reopen``). Lines queued before the mark go
+    to the renamed file, the rest to the path opened anew; each exactly once (a double
+    write, as a miscompiled write loop once did, shows as a repeated ID)."""
+    path = tmp_path / "access.log"
+    writer = AccessLogWriter.open(
+        str(path), format="json", queue_size=100, flush_timeout=5
+    )  # not started: all of it is queued when the thread drains it, marks included
+    for n in range(5):
+        writer.submit(_entry(n))
+    path.rename(tmp_path / "access.log.1")
+    writer.reopen()
+    for n in range(5, 12):
+        writer.submit(_entry(n))
+    writer.start()
+    writer.close()
+    assert _ids(tmp_path / "access.log.1") == [f"id-{n}" for n in range(5)]
+    assert _ids(path) == [f"id-{n}" for n in range(5, 12)]
+    assert writer.written == 12 and writer.dropped == 0 and writer.reopened == 1
+
+
+def test_a_failed_reopen_keeps_writing_to_the_open_file(tmp_path: Path) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / "access.log"
+    writer = AccessLogWriter.open(str(path), format="json", queue_size=100, flush_timeout=5)
+    writer.start()
+    writer.submit(_entry(0))
+    moved = tmp_path / "moved"
+    folder.rename(moved)  # the path's folder is gone: reopening it fails
+    writer.reopen()
+    writer.submit(_entry(1))
+    writer.close()
+    assert _ids(moved / "access.log") == ["id-0", "id-1"]
+    assert writer.reopened == 0 and writer.dropped == 0
+
+
+def test_standard_output_is_not_reopened() -> None:
+    writer = AccessLogWriter.open("-", format="json", queue_size=10, flush_timeout=5)
+    writer.reopen()
+    assert writer.queue.empty()
+    writer.close()
