@@ -136,7 +136,7 @@ class AccessLogWriter:
         # Entries carry perf_counter readings (no wall-clock call on the event loop); one
         # offset per batch turns them into wall-clock time.
         wall = time.time() - time.perf_counter()
-        lines: list[bytes] = []
+        lines: list[str] = []
         size = 0
         item: Entry | _Mark | None = first
         while True:
@@ -174,10 +174,10 @@ class AccessLogWriter:
             self._write(lines)
         return False
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _write(self, lines: list[str]) -> None:
         count = len(lines)
-        lines.append(b"")
-        data = b"\n".join(lines)
+        lines.append("")
+        data = "\n".join(lines).encode("utf-8", "replace")
         try:
             view = memoryview(data)
             while view:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.accesslog.fields import Entry
+from gateway.accesslog.fields import Entry, JsonFormat
 from gateway.accesslog.redact import redact_query, redact_url
 from gateway.accesslog.requestid import is_safe, request_id
 from gateway.accesslog.writer import AccessLogWriter
@@ -196,3 +196,40 @@ def test_standard_output_is_not_reopened() -> None:
     writer.reopen()
     assert writer.queue.empty()
     writer.close()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0, "0.000000"), (0.0012344, "0.001234"), (0.9999996, "1.000000"), (3.5, "3.500000"),
+     (1234.000001, "1234.000001")],
+)  # fmt: skip
+def test_json_durations_have_six_decimals(seconds: float, text: str) -> None:
+    entry = _entry(0)
+    entry.duration = seconds
+    line = JsonFormat()(entry)
+    assert f'"durationSeconds":{text},' in line
+    assert json.loads(line)["durationSeconds"] == float(text)
+
+
+def test_json_strings_are_escaped_whether_remembered_or_not() -> None:
+    """The line's strings go through a cache of JSON literals: the first and the repeated
+    use of a value that needs escaping give the same, valid line."""
+    fmt = JsonFormat()
+    entry = _entry(0)
+    entry.request_id = b'id"with\\quote'
+    entry.scope["path"] = '/p/"q"\\\x01\u00e9'
+    entry.scope["headers"] = [
+        (b"user-agent", b'agent "x"\\\x7f\xe9'),
+        (b"referer", b'http://h/"x"'),
+    ]
+    for _ in range(2):
+        doc = json.loads(fmt(entry))
+        assert doc["requestID"] == 'id"with\\quote'
+        assert doc["path"] == '/p/"q"\\\x01\u00e9'
+        assert doc["userAgent"] == 'agent "x"\\\x7f\u00e9' and doc["referer"] == 'http://h/"x"'
+        assert list(doc) == [
+            "time", "requestID", "client", "user", "method", "path", "query", "status",
+            "bytesIn", "bytesOut", "durationSeconds", "upstreamSeconds", "flowSchema",
+            "priorityLevel", "flowDistinguisher", "seats", "queueWaitSeconds", "apf",
+            "apfReason", "protocol", "userAgent", "referer",
+        ]  # fmt: skip
