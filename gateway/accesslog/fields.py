@@ -78,113 +78,149 @@ def _agent_and_referer(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None
     return agent, referer
 
 
-# http_version -> the JSON string of the ``protocol`` field
-_PROTOCOLS: Final = {"1.1": '"http/1.1"', "2": '"h2"', "1.0": '"http/1.0"'}
-# ".000Z" to ".999Z": a timestamp's milliseconds without formatting a number per line
+# http_version -> the ``protocol`` field
+_PROTOCOLS: Final = {
+    "1.1": ',"protocol":"http/1.1"', "2": ',"protocol":"h2"', "1.0": ',"protocol":"http/1.0"',
+}  # fmt: skip
+# Numbers as text from tables, not formatted per line: "000" to "999", and a duration's
+# head "0.000" to "0.999" (seconds and milliseconds; its microseconds come from _DIGITS3).
+_DIGITS3: Final = tuple(f"{n:03d}" for n in range(1000))
+_HEADS: Final = tuple(f"0.{n:03d}" for n in range(1000))
+_STATUSES: Final = tuple(f',"status":{n}' for n in range(600))
 _MILLIS: Final = tuple(f'.{n:03d}Z","requestID":' for n in range(1000))
+_QUOTE: Final = '"'
 _CACHE_SIZE: Final = 4096
 
 
-def _seconds(value: float) -> str:
-    """``value`` with 6 decimals from integer arithmetic and ``str`` of ints (formatting a
-    float costs several times more)."""
-    micros = int(value * 1_000_000.0 + 0.5)
-    if micros <= 0:
-        return "0.000000"
-    if micros < 1_000_000:
-        return "0." + str(micros + 1_000_000)[1:]  # zero-padded to 6 digits
-    return str(micros // 1_000_000) + "." + str(micros % 1_000_000 + 1_000_000)[1:]
+def _micros(value: float) -> int:
+    return max(0, int(value * 1_000_000.0 + 0.5))
 
 
-class _Quoted:
-    """Strings as JSON string literals, remembered for the values that repeat (users, flow
-    schemas, levels, methods, user agents, clients): a dict hit costs a fraction of escaping
-    the string anew. Bounded: emptied when full."""
+def _head(micros: int) -> str:
+    """A duration's text up to its milliseconds (``_DIGITS3`` gives the rest)."""
+    millis = micros // 1000
+    if millis < 1000:
+        return _HEADS[millis]
+    return str(millis // 1000) + "." + _DIGITS3[millis % 1000]
 
-    def __init__(self) -> None:
+
+class _Field:
+    """A field's ``,"name":value`` text, remembered for the values that repeat (clients,
+    users, methods, paths, flow schemas, levels, user agents): a dict hit costs a fraction of
+    escaping the value and adds one piece to the line, not two. Bounded: emptied when full."""
+
+    def __init__(self, name: str) -> None:
+        self.prefix = f',"{name}":'
         self.known: dict[str, str] = {}
 
     def get(self, value: str) -> str:
-        quoted = self.known.get(value)
-        if quoted is None:
-            quoted = encode_basestring(value)
+        text = self.known.get(value)
+        if text is None:
+            text = self.prefix + encode_basestring(value)
             if len(self.known) >= _CACHE_SIZE:
                 self.known.clear()
-            self.known[value] = quoted
-        return quoted
+            self.known[value] = text
+        return text
 
 
 class JsonFormat:
-    """One list of pieces in the documented field order, joined once: constants for the
-    field names, ``encode_basestring`` (C) for strings that vary, a small cache for strings
-    that repeat. Measured against a dict serialized by orjson and an f-string (mypyc makes it
-    one ``str.format`` per field): decision 0033."""
+    """One list of pieces in the documented field order, joined once (mypyc makes an
+    f-string one ``str.format`` per field; orjson's dict was slower here): decision 0033."""
 
     def __init__(self) -> None:
-        self._second = _SecondCache("%Y-%m-%dT%H:%M:%S")
-        self._quoted = _Quoted()
+        self._second = _SecondCache('{"time":"%Y-%m-%dT%H:%M:%S')
+        self._client = _Field("client")
+        self._user = _Field("user")
+        self._method = _Field("method")
+        self._path = _Field("path")
+        self._fs = _Field("flowSchema")
+        self._pl = _Field("priorityLevel")
+        self._dist = _Field("flowDistinguisher")
+        self._apf = _Field("apf")
+        self._reason = _Field("apfReason")
+        self._agent = _Field("userAgent")
 
     def __call__(self, e: Entry) -> str:
         raw = e.scope
         scope: dict[str, Any] = raw if isinstance(raw, dict) else dict(raw)
-        q = self._quoted
         second = int(e.started)
         millis = int((e.started - second) * 1000.0)
+        rid = e.request_id.decode("ascii")
+        if rid.isalnum():  # generated IDs are hex; a client's may hold " or \
+            quote = _QUOTE
+        else:
+            quote = ""
+            rid = encode_basestring(rid)
         client = scope.get("client")
         context = request_context(scope)
         agent, referer = _agent_and_referer(scope["headers"])
         query: bytes = scope.get("query_string", b"")
+        status = e.status
+        duration = _micros(e.duration)
         if scope["type"] == "websocket":
-            proto = '"websocket"'
+            proto = ',"protocol":"websocket"'
         else:
             version: str = scope.get("http_version", "1.1")
-            proto = _PROTOCOLS.get(version) or encode_basestring("http/" + version)
+            proto = _PROTOCOLS.get(version) or ',"protocol":' + encode_basestring("http/" + version)
         if context is None:
-            user = upstream = fs = pl = dist = seats = apf = reason = "null"
-            wait = "0.000000"
-        else:
-            user = q.get(context.digest.user.name)
-            upstream = (
-                "null" if context.upstream_seconds < 0 else _seconds(context.upstream_seconds)
+            user = ',"user":null'
+            middle = (
+                ',"upstreamSeconds":null,"flowSchema":null,"priorityLevel":null'
+                ',"flowDistinguisher":null,"seats":null,"queueWaitSeconds":0.000000'
             )
+            fs = pl = dist = seats = wait_head = wait_tail = ""
+            apf = ',"apf":null,"apfReason":null'
+            reason = ""
+        else:
+            user = self._user.get(context.digest.user.name)
+            if context.upstream_seconds < 0:
+                middle = ',"upstreamSeconds":null'
+            else:
+                upstream = _micros(context.upstream_seconds)
+                middle = ',"upstreamSeconds":' + _head(upstream) + _DIGITS3[upstream % 1000]
             c = context.classification
             if c is None:
-                fs = pl = dist = seats = "null"
+                fs = ',"flowSchema":null,"priorityLevel":null,"flowDistinguisher":null'
+                pl = dist = ""
+                seats = ',"seats":null'
             else:
-                fs = q.get(c.flow_schema)
-                pl = q.get(c.priority_level)
-                dist = q.get(c.distinguisher) if c.distinguisher else "null"
-                seats = str(context.work.initial_seats)
+                fs = self._fs.get(c.flow_schema)
+                pl = self._pl.get(c.priority_level)
+                dist = (
+                    self._dist.get(c.distinguisher) if c.distinguisher
+                    else ',"flowDistinguisher":null'
+                )  # fmt: skip
+                seats = ',"seats":' + str(context.work.initial_seats)
             if context.apf:
-                wait = _seconds(context.queue_wait)
-                apf = q.get(context.apf)
-                reason = q.get(context.apf_reason) if context.apf_reason else "null"
+                wait = _micros(context.queue_wait)
+                wait_head = ',"queueWaitSeconds":' + _head(wait)
+                wait_tail = _DIGITS3[wait % 1000]
+                apf = self._apf.get(context.apf)
+                reason = (
+                    self._reason.get(context.apf_reason) if context.apf_reason
+                    else ',"apfReason":null'
+                )  # fmt: skip
             else:
-                wait = "0.000000"
-                apf = reason = "null"
+                wait_head = ',"queueWaitSeconds":0.000000'
+                wait_tail = ""
+                apf = ',"apf":null,"apfReason":null'
+                reason = ""
         return "".join([
-            '{"time":"', self._second.text_of(second), _MILLIS[millis if 0 <= millis < 1000 else 0],
-            encode_basestring(e.request_id.decode("ascii")),
-            ',"client":', q.get(client[0]) if client else "null",
-            ',"user":', user,
-            ',"method":', q.get(scope.get("method", "GET")),
-            ',"path":', encode_basestring(scope["path"]),
+            self._second.text_of(second), _MILLIS[millis if 0 <= millis < 1000 else 0],
+            quote, rid, quote,
+            self._client.get(client[0]) if client else ',"client":null',
+            user,
+            self._method.get(scope.get("method", "GET")),
+            self._path.get(scope["path"]),
             ',"query":', encode_basestring(redact_query(query.decode("latin-1"))) if query
             else '""',
-            ',"status":', str(e.status),
+            _STATUSES[status] if 0 <= status < 600 else ',"status":' + str(status),
             ',"bytesIn":', str(e.bytes_in),
             ',"bytesOut":', str(e.bytes_out),
-            ',"durationSeconds":', _seconds(e.duration),
-            ',"upstreamSeconds":', upstream,
-            ',"flowSchema":', fs,
-            ',"priorityLevel":', pl,
-            ',"flowDistinguisher":', dist,
-            ',"seats":', seats,
-            ',"queueWaitSeconds":', wait,
-            ',"apf":', apf,
-            ',"apfReason":', reason,
-            ',"protocol":', proto,
-            ',"userAgent":', "null" if agent is None else q.get(agent.decode("latin-1")),
+            ',"durationSeconds":', _head(duration), _DIGITS3[duration % 1000],
+            middle, fs, pl, dist, seats, wait_head, wait_tail, apf, reason, proto,
+            self._agent.get(agent.decode("latin-1")) if agent is not None
+            else ',"userAgent":null',
             ',"referer":', "null" if referer is None
             else encode_basestring(redact_url(referer.decode("latin-1"))),
             "}",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.accesslog.fields import Entry, JsonFormat
+from gateway.accesslog.fields import _CACHE_SIZE, Entry, JsonFormat
 from gateway.accesslog.redact import redact_query, redact_url
 from gateway.accesslog.requestid import is_safe, request_id
 from gateway.accesslog.writer import AccessLogWriter
@@ -233,3 +233,14 @@ def test_json_strings_are_escaped_whether_remembered_or_not() -> None:
             "priorityLevel", "flowDistinguisher", "seats", "queueWaitSeconds", "apf",
             "apfReason", "protocol", "userAgent", "referer",
         ]  # fmt: skip
+
+
+def test_remembered_json_values_are_bounded() -> None:
+    """Paths and user agents can take any number of values: the cache of their JSON text is
+    emptied when full, so it never grows past its bound, and a line stays right after."""
+    fmt = JsonFormat()
+    entry = _entry(0)
+    for n in range(_CACHE_SIZE + 10):
+        entry.scope["path"] = f"/p/{n}"
+        assert json.loads(fmt(entry))["path"] == f"/p/{n}"
+        assert len(fmt._path.known) <= _CACHE_SIZE
