@@ -79,7 +79,9 @@ def _agent_and_referer(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None
 
 
 # http_version -> the ``protocol`` field
-_PROTOCOLS: Final = {"1.1": '"http/1.1"', "2": '"h2"', "1.0": '"http/1.0"'}
+_PROTOCOLS: Final = {
+    "1.1": ',"protocol":"http/1.1"', "2": ',"protocol":"h2"', "1.0": ',"protocol":"http/1.0"',
+}  # fmt: skip
 # Numbers as text from tables, not formatted per line: "000" to "999", and a duration's
 # head "0.000" to "0.999" (seconds and milliseconds; its microseconds come from _DIGITS3).
 _DIGITS3: Final = tuple(f"{n:03d}" for n in range(1000))
@@ -102,36 +104,41 @@ def _head(micros: int) -> str:
     return str(millis // 1000) + "." + _DIGITS3[millis % 1000]
 
 
-def _json(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
+class _Field:
+    """A field's ``,"name":value`` text, remembered for the values that repeat (clients,
+    users, methods, paths, flow schemas, levels, user agents): a dict hit costs a fraction of
+    escaping the value and adds one piece to the line, not two. Bounded: emptied when full."""
 
+    def __init__(self, name: str) -> None:
+        self.prefix = f',"{name}":'
+        self.known: dict[str, str] = {}
 
-class _Segments:
-    """Runs of fields whose values repeat from request to request (who sent it and how it
-    was classified), as their finished text keyed by the values: a hit costs one tuple and
-    one dict look-up instead of escaping each value and joining it. Bounded: emptied when
-    full (paths and user agents can take any number of values)."""
-
-    def __init__(self) -> None:
-        self.known: dict[tuple[object, ...], str] = {}
-
-    def put(self, key: tuple[object, ...], text: str) -> str:
-        if len(self.known) >= _CACHE_SIZE:
-            self.known.clear()
-        self.known[key] = text
+    def get(self, value: str) -> str:
+        text = self.known.get(value)
+        if text is None:
+            text = self.prefix + encode_basestring(value)
+            if len(self.known) >= _CACHE_SIZE:
+                self.known.clear()
+            self.known[value] = text
         return text
 
 
 class JsonFormat:
-    """One list of pieces in the documented field order, joined once, three runs of fields
-    taken from caches (mypyc makes an f-string one ``str.format`` per field; orjson's dict
-    was slower here): decision 0033."""
+    """One list of pieces in the documented field order, joined once (mypyc makes an
+    f-string one ``str.format`` per field; orjson's dict was slower here): decision 0033."""
 
     def __init__(self) -> None:
         self._second = _SecondCache('{"time":"%Y-%m-%dT%H:%M:%S')
-        self._who = _Segments()  # client, user, method, path
-        self._class = _Segments()  # flowSchema, priorityLevel, flowDistinguisher, seats
-        self._how = _Segments()  # apf, apfReason, protocol, userAgent, referer
+        self._client = _Field("client")
+        self._user = _Field("user")
+        self._method = _Field("method")
+        self._path = _Field("path")
+        self._fs = _Field("flowSchema")
+        self._pl = _Field("priorityLevel")
+        self._dist = _Field("flowDistinguisher")
+        self._apf = _Field("apf")
+        self._reason = _Field("apfReason")
+        self._agent = _Field("userAgent")
 
     def __call__(self, e: Entry) -> str:
         raw = e.scope
@@ -146,83 +153,84 @@ class JsonFormat:
             rid = encode_basestring(rid)
         client = scope.get("client")
         context = request_context(scope)
+        agent, referer = _agent_and_referer(scope["headers"])
         query: bytes = scope.get("query_string", b"")
         status = e.status
         duration = _micros(e.duration)
-        address: str | None = client[0] if client else None
-        method: str = scope.get("method", "GET")
-        path: str = scope["path"]
-        user: str | None = None
-        up_name = ',"upstreamSeconds":null'
-        up_head = up_tail = ""
-        wait_head = ',"queueWaitSeconds":0.000000'
-        wait_tail = ""
-        fs: str | None = None
-        pl: str | None = None
-        dist: str | None = None
-        seats = -1
-        apf = reason = ""
-        if context is not None:
-            user = context.digest.user.name
-            if context.upstream_seconds >= 0:
+        if scope["type"] == "websocket":
+            proto = ',"protocol":"websocket"'
+        else:
+            version: str = scope.get("http_version", "1.1")
+            proto = _PROTOCOLS.get(version) or ',"protocol":' + encode_basestring("http/" + version)
+        if context is None:
+            user = ',"user":null'
+            up_name = (
+                ',"upstreamSeconds":null,"flowSchema":null,"priorityLevel":null'
+                ',"flowDistinguisher":null,"seats":null,"queueWaitSeconds":0.000000'
+            )
+            up_head = up_tail = fs = pl = dist = seats_name = seats = wait_name = ""
+            wait_head = wait_tail = ""
+            apf = ',"apf":null,"apfReason":null'
+            reason = ""
+        else:
+            user = self._user.get(context.digest.user.name)
+            if context.upstream_seconds < 0:
+                up_name = ',"upstreamSeconds":null'
+                up_head = up_tail = ""
+            else:
                 upstream = _micros(context.upstream_seconds)
                 up_name = ',"upstreamSeconds":'
                 up_head = _head(upstream)
                 up_tail = _DIGITS3[upstream % 1000]
             c = context.classification
-            if c is not None:
-                fs = c.flow_schema
-                pl = c.priority_level
-                dist = c.distinguisher or None
-                seats = context.work.initial_seats
+            if c is None:
+                fs = ',"flowSchema":null,"priorityLevel":null,"flowDistinguisher":null'
+                pl = dist = seats = ""
+                seats_name = ',"seats":null'
+            else:
+                fs = self._fs.get(c.flow_schema)
+                pl = self._pl.get(c.priority_level)
+                dist = (
+                    self._dist.get(c.distinguisher) if c.distinguisher
+                    else ',"flowDistinguisher":null'
+                )  # fmt: skip
+                seats_name = ',"seats":'
+                seats = str(context.work.initial_seats)
             if context.apf:
                 wait = _micros(context.queue_wait)
-                wait_head = ',"queueWaitSeconds":' + _head(wait)
+                wait_name = ',"queueWaitSeconds":'
+                wait_head = _head(wait)
                 wait_tail = _DIGITS3[wait % 1000]
-                apf = context.apf
-                reason = context.apf_reason
-        key: tuple[object, ...] = (address, user, method, path)
-        who = self._who.known.get(key)
-        if who is None:
-            who = self._who.put(key, "".join([
-                ',"client":', _json(address), ',"user":', _json(user),
-                ',"method":', encode_basestring(method), ',"path":', encode_basestring(path),
-            ]))  # fmt: skip
-        key = (fs, pl, dist, seats)
-        classified = self._class.known.get(key)
-        if classified is None:
-            classified = self._class.put(key, "".join([
-                ',"flowSchema":', _json(fs), ',"priorityLevel":', _json(pl),
-                ',"flowDistinguisher":', _json(dist),
-                ',"seats":', "null" if seats < 0 else str(seats),
-            ]))  # fmt: skip
-        agent, referer = _agent_and_referer(scope["headers"])
-        version: str = scope.get("http_version", "1.1")
-        websocket = scope["type"] == "websocket"
-        key = (apf, reason, version, websocket, agent, referer)
-        how = self._how.known.get(key)
-        if how is None:
-            how = self._how.put(key, "".join([
-                ',"apf":', encode_basestring(apf) if apf else "null",
-                ',"apfReason":', encode_basestring(reason) if reason else "null",
-                ',"protocol":', '"websocket"' if websocket
-                else _PROTOCOLS.get(version) or encode_basestring("http/" + version),
-                ',"userAgent":', "null" if agent is None
-                else encode_basestring(agent.decode("latin-1")),
-                ',"referer":', "null" if referer is None
-                else encode_basestring(redact_url(referer.decode("latin-1"))),
-                "}",
-            ]))  # fmt: skip
+                apf = self._apf.get(context.apf)
+                reason = (
+                    self._reason.get(context.apf_reason) if context.apf_reason
+                    else ',"apfReason":null'
+                )  # fmt: skip
+            else:
+                wait_name = ',"queueWaitSeconds":0.000000'
+                wait_head = wait_tail = ""
+                apf = ',"apf":null,"apfReason":null'
+                reason = ""
         return "".join([
             self._second.text_of(second), _MILLIS[millis if 0 <= millis < 1000 else 0],
-            quote, rid, quote, who,
+            quote, rid, quote,
+            self._client.get(client[0]) if client else ',"client":null',
+            user,
+            self._method.get(scope.get("method", "GET")),
+            self._path.get(scope["path"]),
             ',"query":', encode_basestring(redact_query(query.decode("latin-1"))) if query
             else '""',
             _STATUSES[status] if 0 <= status < 600 else ',"status":' + str(status),
             ',"bytesIn":', str(e.bytes_in),
             ',"bytesOut":', str(e.bytes_out),
             ',"durationSeconds":', _head(duration), _DIGITS3[duration % 1000],
-            up_name, up_head, up_tail, classified, wait_head, wait_tail, how,
+            up_name, up_head, up_tail, fs, pl, dist, seats_name, seats,
+            wait_name, wait_head, wait_tail, apf, reason, proto,
+            self._agent.get(agent.decode("latin-1")) if agent is not None
+            else ',"userAgent":null',
+            ',"referer":', "null" if referer is None
+            else encode_basestring(redact_url(referer.decode("latin-1"))),
+            "}",
         ])  # fmt: skip
 
 

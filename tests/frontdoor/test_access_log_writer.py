@@ -243,4 +243,4 @@ def test_remembered_json_values_are_bounded() -> None:
     for n in range(_CACHE_SIZE + 10):
         entry.scope["path"] = f"/p/{n}"
         assert json.loads(fmt(entry))["path"] == f"/p/{n}"
-        assert len(fmt._who.known) <= _CACHE_SIZE
+        assert len(fmt._path.known) <= _CACHE_SIZE
