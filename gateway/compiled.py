@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "gateway/accesslog/requestid.py",
     "gateway/accesslog/fields.py",
     "gateway/accesslog/middleware.py",
+    "gateway/accesslog/writer.py",
 )
 
 

@@ -8,8 +8,10 @@ local endpoints (/metrics, debug dumps), reverse proxy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -333,6 +335,7 @@ class Gateway:
                 if self.flow_control is not None:
                     self.flow_control.start()  # borrowing needs the running loop's clock
                 self.access_log.start()
+                self._on_usr1(self.access_log.reopen)
                 self.lifecycle.phase = Phase.READY
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -347,9 +350,21 @@ class Gateway:
                 await self.transport.aclose()
                 await self.proxy.websockets.aclose()
                 # every request is over: write what is queued (bounded by flushTimeout)
+                self._on_usr1(None)
                 await asyncio.to_thread(self.access_log.close)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    @staticmethod
+    def _on_usr1(handler: Callable[[], None] | None) -> None:
+        """SIGUSR1 reopens the access log (logrotate's ``postrotate``, as nginx). Only the main
+        thread's loop can take signals: a server run in a test's thread goes without."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if handler is None:
+                loop.remove_signal_handler(signal.SIGUSR1)
+            else:
+                loop.add_signal_handler(signal.SIGUSR1, handler)
 
 
 class _RefusePath:

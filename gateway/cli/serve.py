@@ -347,7 +347,8 @@ FLAGS: list[tuple[str, str, str, str]] = [
         "--access-log-path",
         "accessLog.path",
         "FILE",
-        "where access log lines go: - for standard output (default) or a file; needs a restart",
+        "where access log lines go: - for standard output (default) or a file (reopened on "
+        "SIGUSR1, for logrotate); needs a restart",
     ),
     (
         "--access-log-queue-size",

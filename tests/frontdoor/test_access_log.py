@@ -261,3 +261,34 @@ def test_protocol_is_h2_for_http2_streams_and_websocket_for_websockets(
         assert ws.status_code == 401 and ws.headers["x-request-id"] == "ws-1"
         line = _by_id(serve, "ws-1")
         assert (line["protocol"], line["status"]) == ("websocket", 401)
+
+
+def test_sigusr1_reopens_the_file_after_logrotate_renamed_it(
+    tmp_path: Path, upstream: ServerThread
+) -> None:
+    """nginx's USR1: logrotate renames the file, then signals; the lines of requests answered
+    before go to the renamed file, those after to a new file at the path, none lost or
+    written twice."""
+    path = tmp_path / "access.log"
+    rotated = tmp_path / "access.log.1"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for serve in _serve(tmp_path, upstream, "--access-log-path", str(path)):
+        with httpx.Client(base_url=serve.url, headers=auth, timeout=15) as client:
+            for n in range(20):
+                r = client.get("/api/v1/echo", headers={"X-Request-Id": f"before-{n}"})
+                assert r.status_code == 200
+            path.rename(rotated)
+            serve.proc.send_signal(signal.SIGUSR1)
+            wait_until(path.exists, timeout=10, what="the gateway to open a new access.log")
+            for n in range(20):
+                r = client.get("/api/v1/echo", headers={"X-Request-Id": f"after-{n}"})
+                assert r.status_code == 200
+        serve.proc.send_signal(signal.SIGTERM)
+        assert serve.proc.wait(15) == 0
+    old = [json.loads(x)["requestID"] for x in serve.lines(rotated)]
+    new = [json.loads(x)["requestID"] for x in serve.lines(path)]
+    assert [x for x in old if x.startswith(("before", "after"))] == [
+        f"before-{n}" for n in range(20)
+    ]
+    assert new == [f"after-{n}" for n in range(20)]
+    assert len(old) == 21  # and the startup probe's /livez

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.accesslog.fields import Entry
+from gateway.accesslog.fields import _CACHE_SIZE, Entry, JsonFormat
 from gateway.accesslog.redact import redact_query, redact_url
 from gateway.accesslog.requestid import is_safe, request_id
 from gateway.accesslog.writer import AccessLogWriter
@@ -37,7 +37,10 @@ def test_a_stalled_reader_drops_lines_and_never_blocks_submit() -> None:
         while True:  # fill the pipe: nobody reads it, so the writer's write() will block
             os.write(write_end, b"-" * 4096)
     os.set_blocking(write_end, True)
-    writer = AccessLogWriter(write_end, format="json", queue_size=10, flush_timeout=10)
+    # batch_interval=0: the thread writes its first line at once and is stuck in write()
+    writer = AccessLogWriter(
+        write_end, format="json", queue_size=10, flush_timeout=10, batch_interval=0
+    )
     writer.start()
     try:
         writer.submit(_entry(0))
@@ -145,3 +148,99 @@ def test_entries_carry_perf_counter_times_and_lines_carry_wall_clock_time(tmp_pa
     logged = datetime.strptime(json.loads(line)["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
     seconds = logged.replace(tzinfo=UTC).timestamp()
     assert int(before * 1000) / 1000 <= seconds <= after
+
+
+def _ids(path: Path) -> list[str]:
+    return [json.loads(line)["requestID"] for line in path.read_text().splitlines()]
+
+
+def test_reopen_sends_later_lines_to_the_new_file_and_none_twice(tmp_path: Path) -> None:
+    """logrotate's order: rename, then SIGUSR1 (``reopen``). Lines queued before the mark go
+    to the renamed file, the rest to the path opened anew; each exactly once (a double
+    write, as a miscompiled write loop once did, shows as a repeated ID)."""
+    path = tmp_path / "access.log"
+    writer = AccessLogWriter.open(
+        str(path), format="json", queue_size=100, flush_timeout=5
+    )  # not started: all of it is queued when the thread drains it, marks included
+    for n in range(5):
+        writer.submit(_entry(n))
+    path.rename(tmp_path / "access.log.1")
+    writer.reopen()
+    for n in range(5, 12):
+        writer.submit(_entry(n))
+    writer.start()
+    writer.close()
+    assert _ids(tmp_path / "access.log.1") == [f"id-{n}" for n in range(5)]
+    assert _ids(path) == [f"id-{n}" for n in range(5, 12)]
+    assert writer.written == 12 and writer.dropped == 0 and writer.reopened == 1
+
+
+def test_a_failed_reopen_keeps_writing_to_the_open_file(tmp_path: Path) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / "access.log"
+    writer = AccessLogWriter.open(str(path), format="json", queue_size=100, flush_timeout=5)
+    writer.start()
+    writer.submit(_entry(0))
+    moved = tmp_path / "moved"
+    folder.rename(moved)  # the path's folder is gone: reopening it fails
+    writer.reopen()
+    writer.submit(_entry(1))
+    writer.close()
+    assert _ids(moved / "access.log") == ["id-0", "id-1"]
+    assert writer.reopened == 0 and writer.dropped == 0
+
+
+def test_standard_output_is_not_reopened() -> None:
+    writer = AccessLogWriter.open("-", format="json", queue_size=10, flush_timeout=5)
+    writer.reopen()
+    assert writer.queue.empty()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0, "0.000000"), (0.0012344, "0.001234"), (0.9999996, "1.000000"), (3.5, "3.500000"),
+     (1234.000001, "1234.000001")],
+)  # fmt: skip
+def test_json_durations_have_six_decimals(seconds: float, text: str) -> None:
+    entry = _entry(0)
+    entry.duration = seconds
+    line = JsonFormat()(entry)
+    assert f'"durationSeconds":{text},' in line
+    assert json.loads(line)["durationSeconds"] == float(text)
+
+
+def test_json_strings_are_escaped_whether_remembered_or_not() -> None:
+    """The line's strings go through a cache of JSON literals: the first and the repeated
+    use of a value that needs escaping give the same, valid line."""
+    fmt = JsonFormat()
+    entry = _entry(0)
+    entry.request_id = b'id"with\\quote'
+    entry.scope["path"] = '/p/"q"\\\x01\u00e9'
+    entry.scope["headers"] = [
+        (b"user-agent", b'agent "x"\\\x7f\xe9'),
+        (b"referer", b'http://h/"x"'),
+    ]
+    for _ in range(2):
+        doc = json.loads(fmt(entry))
+        assert doc["requestID"] == 'id"with\\quote'
+        assert doc["path"] == '/p/"q"\\\x01\u00e9'
+        assert doc["userAgent"] == 'agent "x"\\\x7f\u00e9' and doc["referer"] == 'http://h/"x"'
+        assert list(doc) == [
+            "time", "requestID", "client", "user", "method", "path", "query", "status",
+            "bytesIn", "bytesOut", "durationSeconds", "upstreamSeconds", "flowSchema",
+            "priorityLevel", "flowDistinguisher", "seats", "queueWaitSeconds", "apf",
+            "apfReason", "protocol", "userAgent", "referer",
+        ]  # fmt: skip
+
+
+def test_remembered_json_values_are_bounded() -> None:
+    """Paths and user agents can take any number of values: the cache of their JSON text is
+    emptied when full, so it never grows past its bound, and a line stays right after."""
+    fmt = JsonFormat()
+    entry = _entry(0)
+    for n in range(_CACHE_SIZE + 10):
+        entry.scope["path"] = f"/p/{n}"
+        assert json.loads(fmt(entry))["path"] == f"/p/{n}"
+        assert len(fmt._path.known) <= _CACHE_SIZE
