@@ -11,6 +11,7 @@ import pytest
 
 from gateway.asgi.maxinflight import MaxInFlightMiddleware
 from gateway.server import Gateway
+from gateway.settings.sources import load_config
 from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, holding, start_gateway
 from tests.support.wait import wait_until
@@ -172,3 +173,23 @@ def test_a_response_under_way_at_its_deadline_has_its_connection_closed_with_apf
             list(lines)  # the chunked body never ends: the connection is closed
     assert in_flight(limited) == 0
     httpx.get(upstream.url + "/release/stream")
+
+
+def test_a_reload_changes_request_timeout_for_new_requests_with_apf_off(
+    upstream: ServerThread, gateways: list[ServerThread], pool: ThreadPoolExecutor
+) -> None:
+    overrides = {"upstreams": [{"url": upstream.url}], "enablePriorityAndFairness": False}
+    gw = start_gateway(overrides, clock=lambda loop: FakeEventClock(start=1000.0))
+    gateways.append(gw)
+    app: Gateway = gw.app
+    commit = app.prepare(load_config([], {**overrides, "requestTimeout": "5s"}))
+    gw.call(commit)
+    slow = pool.submit(httpx.get, gw.url + "/hold/d5", timeout=10)
+    wait_until(lambda: "d5" in holding(upstream))
+    advance(gw, 6.0)
+    assert slow.result(timeout=5).json() == TIMEOUT_STATUS
+    limiter = app.admission
+    assert isinstance(limiter, MaxInFlightMiddleware)
+    with pytest.raises(ValueError, match="request_timeout"):
+        limiter.prepare(max_requests_inflight=1, max_mutating_requests_inflight=1,
+                        status_body=False, request_timeout=0.0)  # fmt: skip
