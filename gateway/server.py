@@ -197,8 +197,9 @@ class Gateway:
                 on_reject=self.metrics.observe_maxinflight_reject,
                 error_format=self.error_format,
                 request_timeout=s.request_timeout,
-                # requestTimeout's deadlines: a test's fake clock, else the loop's.
-                clock=self.clock or AsyncioEventClock(self.loop),
+                # requestTimeout's deadlines: a test's fake clock, else the loop's (LoopClock:
+                # read once per request).
+                clock=self.clock or (LoopClock(self.loop) if self.loop else AsyncioEventClock()),
             )
             self.metrics.maxinflight = limiter
             return limiter
