@@ -198,6 +198,10 @@ class Gateway:
                 status_body=s.too_many_requests_body == "status",
                 on_reject=self.metrics.observe_maxinflight_reject,
                 error_format=self.error_format,
+                request_timeout=s.request_timeout,
+                # requestTimeout's deadlines: a test's fake clock, else the loop's (LoopClock:
+                # read once per request).
+                clock=self.clock or (LoopClock(self.loop) if self.loop else AsyncioEventClock()),
             )
             self.metrics.maxinflight = limiter
             return limiter
@@ -233,6 +237,7 @@ class Gateway:
                     max_requests_inflight=new.max_requests_inflight,
                     max_mutating_requests_inflight=new.max_mutating_requests_inflight,
                     status_body=new.too_many_requests_body == "status",
+                    request_timeout=new.request_timeout,
                 )
             )
         if self.flow_control is not None:

@@ -9,8 +9,10 @@ started; otherwise the framing it was promised cannot be kept, so the response i
 unfinished and the server closes the connection (kube-apiserver panics with
 ``http.ErrAbortHandler``).
 
-The deadlines of the requests in flight share one clock timer, armed at the earliest
-(``Deadlines``): a timer per request cost ~7% of APF-on instructions (docs/performance.md).
+The deadlines of the requests in flight share one clock timer, armed at the earliest: a timer
+per request cost ~7% of APF-on instructions (docs/performance.md). With APF on the flow-control
+core keeps them, on its ``Request`` with one timer per queue set, so admission adds no registry
+work per request (decision 0032); with APF off the max-in-flight filter uses ``Deadlines``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from gateway.asgi.context import (
     RequestContext,
     request_context,
 )
-from gateway.asgi.deadline import Deadlines, past_deadline, request_timeout
+from gateway.asgi.deadline import past_deadline, request_timeout
 from gateway.asgi.describe import RequestDescriber
 from gateway.asgi.errorformat import (
     PathFormat,
@@ -59,6 +59,7 @@ from gateway.flowcontrol.controller import (
 )
 from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest, WorkEstimate
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
+from gateway.flowcontrol.queueset import NO_DEADLINE, Request
 from gateway.http.framing import has_body
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.websocket import ANSWERED, http_send
@@ -134,8 +135,8 @@ class FlowControlMiddleware:
         self.read_ahead = ReadAheadBudget(max_queued_body_bytes, on_drained=self._drained)
         self._trimming: Timer | None = None
         self._wait_limit = self.wait_limit  # bound once: passed with every request
-        # The deadlines of the requests executing (``gateway.asgi.deadline``).
-        self.deadlines = Deadlines()
+        # What the core calls at an executing request's deadline (``gateway.asgi.deadline``).
+        self._on_expire: Callable[[Request], None] = _expire
 
     @property
     def controller(self) -> FlowController:
@@ -223,13 +224,13 @@ class FlowControlMiddleware:
             deadline = request_timeout(digest.info, deadline)
         return min(deadline / 4, MAX_WAIT)
 
-    def _deadline(self, admission: Admission, digest: RequestDigest) -> float:
-        """When a non-long-running request must be done (``gateway.asgi.deadline``): its
-        timeout from arrival, queue wait included."""
+    def _execution_timeout(self, digest: RequestDigest) -> float:
+        """How long after its arrival a non-long-running request must be done, queue wait
+        included (``gateway.asgi.deadline``); the core keeps the deadline."""
         info = digest.info
         if not info.query:  # most requests: no ?timeout= to read
-            return admission.request.arrival_time + self.request_timeout
-        return admission.request.arrival_time + request_timeout(info, self.request_timeout)
+            return self.request_timeout
+        return request_timeout(info, self.request_timeout)
 
     def drain(self) -> None:
         """Shutdown: refuse everything queued (429) and let nothing new wait."""
@@ -281,22 +282,13 @@ class FlowControlMiddleware:
                 assert isinstance(context, RequestContext)
                 headers = context.response_headers = self._pf_headers(started.classification)
                 async with started:
-                    task = current_task()
-                    assert task is not None
-                    deadline = self._deadline(started, context.digest)
-                    # Deadlines.enter and .leave inlined: two Python calls per request in the
-                    # compiled build (kept: >= 1% of APF-on instructions, docs/performance.md).
-                    deadlines = self.deadlines
-                    deadlines.live[task] = (deadline, context)
-                    if deadline < deadlines.armed_at:
-                        deadlines.arm(started.controller.clock, deadline)
+                    # The deadline is the core's (set in _decide): nothing to do per request
+                    # here but tell its cancellation from others.
                     try:
                         await self._inner(scope)(scope, receive, send)
                     except CancelledError:
                         if not context.deadline_passed:
                             raise
-                    finally:
-                        deadlines.live.pop(task, None)
                     if context.deadline_passed:
                         await past_deadline(context, scope, send, headers)
                 return
@@ -340,9 +332,16 @@ class FlowControlMiddleware:
         context.classification = classification
         context.work = work
         verb = digest.info.verb
+        watch = verb == "watch"
+        timeout = NO_DEADLINE  # watches and websockets have no deadline
+        owner = None
+        if not watch and scope["type"] == "http":
+            timeout = self._execution_timeout(digest)
+            owner = (current_task(), context)  # for _expire
         started = try_start(
             controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,
-            watch=verb == "watch", wait_limit=self._wait_limit,
+            watch=watch, wait_limit=self._wait_limit, execution_timeout=timeout,
+            on_expire=self._on_expire, owner=owner,
         )  # fmt: skip
         if isinstance(started, Admission):
             context.apf = "executed"
@@ -405,17 +404,11 @@ class FlowControlMiddleware:
                 return
             context = scope[CONTEXT_KEY]
             assert isinstance(context, RequestContext)
-            task = current_task()
-            assert task is not None
-            deadline = self._deadline(admission, context.digest)
-            self.deadlines.enter(self.controller.clock, task, deadline, context)
-            try:
+            try:  # the core keeps the deadline (_decide)
                 await app(scope, receive, send_with_headers)
             except CancelledError:
                 if not context.deadline_passed:
                     raise
-            finally:
-                self.deadlines.leave(task)
             if context.deadline_passed:
                 await past_deadline(context, scope, send_with_headers, [])
 
@@ -465,6 +458,14 @@ class FlowControlMiddleware:
             send, rejected.retry_after, headers=pf_headers, status_body=self.status_body,
             priority_level=rejected.classification.priority_level, reason=rejected.reason,
         )  # fmt: skip
+
+
+def _expire(req: Request) -> None:
+    """The core's call at an executing request's deadline: cancel its task, noting why (the
+    task then answers with ``past_deadline``)."""
+    task, context = req.owner
+    context.deadline_passed = True
+    task.cancel()
 
 
 def _waited(scope: Scope, seconds: float, rejected: Rejected | str | None) -> None:

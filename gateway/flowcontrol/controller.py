@@ -26,7 +26,7 @@ from gateway.flowcontrol.objects import (
     FlowSchema,
     PriorityLevelConfiguration,
 )
-from gateway.flowcontrol.queueset import ESTIMATED_SERVICE_DURATION, Request
+from gateway.flowcontrol.queueset import ESTIMATED_SERVICE_DURATION, NO_DEADLINE, Request
 from gateway.flowcontrol.stats import FlowStats
 
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
@@ -262,10 +262,14 @@ class FlowController:
         *,
         wait_deadline: float | None = None,
         descr: Any = None,
+        execution_timeout: float = NO_DEADLINE,
+        on_expire: Callable[[Request], None] | None = None,
+        owner: Any = None,
     ) -> Request:
         """Start a request in its classification's level: EXECUTING now, WAITING (set
         ``on_decided``), or REJECTED. Re-classifying a stale classification is the caller's
-        job (``hold.try_start``): the caller must finish in the level it started in."""
+        job (``hold.try_start``): the caller must finish in the level it started in. The
+        execution deadline: ``QueueSet.start_request``."""
         req = classification.level.qs.start_request(
             work,
             classification.hash_value,
@@ -274,6 +278,9 @@ class FlowController:
             classification.distinguisher,
             descr,
             wait_deadline,
+            execution_timeout,
+            on_expire,
+            owner,
         )
         return req
 

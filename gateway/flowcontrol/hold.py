@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.flowcontrol.controller import Classification, FlowController
 from gateway.flowcontrol.digest import RequestDigest, WorkEstimate
-from gateway.flowcontrol.queueset import EXECUTING, WAITING, Request
+from gateway.flowcontrol.queueset import EXECUTING, NO_DEADLINE, WAITING, Request
 
 # How long a request that has to queue may wait, in seconds, given its ``descr``; called only
 # for requests that do queue (parsing a ``timeout`` parameter is not free).
@@ -187,15 +187,20 @@ def try_start(
     read_only: bool = True,
     watch: bool = False,
     wait_limit: WaitLimit | None = None,
+    execution_timeout: float = NO_DEADLINE,
+    on_expire: Callable[[Request], None] | None = None,
+    owner: Any = None,
 ) -> Admission | Rejected | Waiter:
     """The admission decision, the same for every request: run now, refused, or queued.
     ``descr`` (the request digest) re-classifies a request whose level is being removed since
     it was classified (a caller that awaited across a reload); the outcome carries the
     classification it started under, so its release reaches the same level. ``wait_limit``:
-    how long a queued request may wait (None: no limit)."""
+    how long a queued request may wait (None: no limit). ``execution_timeout``, ``on_expire``
+    and ``owner``: its execution deadline, from now (``QueueSet.start_request``)."""
     if classification.level.quiescing and isinstance(descr, RequestDigest):
         classification = controller.classify(descr)
-    req = controller.start(classification, work, descr=descr)
+    req = controller.start(classification, work, descr=descr, execution_timeout=execution_timeout,
+                           on_expire=on_expire, owner=owner)  # fmt: skip
     started = _outcome(controller, classification, req, read_only=read_only, watch=watch)
     if started is not None:
         return started

@@ -15,12 +15,22 @@ Differences from the Go code, none of them observable in dispatch order:
 - cancelled requests are marked and skipped at the head instead of unlinked from a list;
 - seat-second arithmetic uses Python integers, which do not wrap; the epoch advance still runs
   at the same threshold so long runs behave (and count) the same.
+
+Besides queue waits, the queue set keeps its executing requests' deadlines (``requestTimeout``,
+kube-apiserver's ``WithTimeoutForNonLongRunningRequests``, which sits outside APF in Go): a
+request started with a finite ``execution_timeout`` is due ``arrival + timeout`` (queue wait
+included), and one clock timer per queue set is armed at the earliest deadline of its executing
+requests. A request that finishes first leaves nothing behind to cancel; the timer, when it
+fires, scans the executing requests, calls ``on_expire`` of those past due and re-arms at the
+next. Kept here rather than in the ASGI layer so admission adds no per-request bookkeeping
+(decision 0032).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush, heapreplace
@@ -43,6 +53,7 @@ WAITING: Final = 0
 EXECUTING: Final = 1
 REJECTED: Final = 2
 FINISHED: Final = 3  # main phase over (seats may still be held for the additional latency)
+NO_DEADLINE: Final = math.inf
 
 _entry_seq = itertools.count()
 
@@ -89,12 +100,15 @@ class Queue:
 
 
 class Request:
-    """One request's life in a queue set; ``on_decided`` fires when a wait ends."""
+    """One request's life in a queue set; ``on_decided`` fires when a wait ends,
+    ``on_expire`` when it is still executing at its ``deadline`` (``owner``: the caller's, for
+    ``on_expire``)."""
 
     __slots__ = (
         "additional_latency",
         "arrival_r",
         "arrival_time",
+        "deadline",
         "descr",
         "distinguisher",
         "final_seats",
@@ -104,6 +118,8 @@ class Request:
         "initial_seats",
         "max_seats",
         "on_decided",
+        "on_expire",
+        "owner",
         "queue",
         "reason",
         "start_time",
@@ -121,6 +137,9 @@ class Request:
         now: float,
         arrival_r: int,
         initial_work: int,
+        deadline: float = NO_DEADLINE,
+        on_expire: Callable[[Request], None] | None = None,
+        owner: Any = None,
     ) -> None:
         self.initial_seats = work.initial_seats
         self.final_seats = work.final_seats
@@ -140,6 +159,9 @@ class Request:
         self.reason = ""
         self.queue: Queue | None = None
         self.on_decided: Callable[[Request], None] | None = None
+        self.deadline = deadline
+        self.on_expire = on_expire
+        self.owner = owner
 
 
 # Tests subclass it (a reference scan dispatcher); the compiled build must allow that.
@@ -195,6 +217,9 @@ class QueueSet:
         self._deadlines: list[tuple[float, int, Request]] = []
         self._deadline_timer: Timer | None = None
         self._deadline_at = 0.0
+        # Executing requests' deadlines: one timer, at the earliest (NO_DEADLINE: none armed).
+        self._execution_timer: Timer | None = None
+        self.execution_timer_at = NO_DEADLINE
         # Debug counters (dump_priority_levels).
         self.dispatched = 0
         self.rejected = 0
@@ -320,8 +345,13 @@ class QueueSet:
         distinguisher: str = "",
         descr: Any = None,
         wait_deadline: float | None = None,
+        execution_timeout: float = NO_DEADLINE,
+        on_expire: Callable[[Request], None] | None = None,
+        owner: Any = None,
     ) -> Request:
-        """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED."""
+        """Returns the request: EXECUTING, WAITING (set ``on_decided``) or REJECTED. A finite
+        ``execution_timeout``: while executing ``execution_timeout`` after now (its arrival),
+        ``on_expire(request)`` is called (once); the caller then ends it and calls ``finish``."""
         now = self.sync_time()
         req = Request(
             work,
@@ -332,6 +362,9 @@ class QueueSet:
             now,
             self.current_r,
             seats_times_duration(work.initial_seats, self.estimated_service),
+            now + execution_timeout,
+            on_expire,
+            owner,
         )
         flow_stats.work_estimated_seats.observe(req.max_seats)
         if self.desired_num_queues < 1:
@@ -612,6 +645,8 @@ class QueueSet:
 
     def _start_executing(self, req: Request) -> None:
         req.state = EXECUTING
+        if req.deadline < self.execution_timer_at:
+            self._arm_execution_timer(req.deadline)
         self.tot_requests_executing += 1
         self.tot_seats_in_use += req.max_seats
         self.dispatched += 1
@@ -658,6 +693,42 @@ class QueueSet:
             heappop(deadlines)
         if deadlines:
             self._arm_deadline_timer(deadlines[0][0])
+
+    # ------------------------------------------------------------------ execution deadlines
+    def _arm_execution_timer(self, when: float) -> None:
+        if self._execution_timer is not None:
+            self._execution_timer.cancel()
+        self.execution_timer_at = when
+        self._execution_timer = self.clock.call_at(when, self._executions_due)
+
+    def executing_requests(self) -> list[Request]:
+        """Every request executing now (in a queue's or, queueless, in none)."""
+        found = list(self.executing_sans_queue)
+        for queue in self.queues:
+            found.extend(queue.executing)
+        return found
+
+    def _executions_due(self) -> None:
+        """The timer: expire the executing requests past their deadline (each once), re-arm
+        at the earliest left. A scan, not a heap: requests that finish in time, nearly all,
+        then cost nothing on the way out; this runs about once per timeout."""
+        self._execution_timer = None
+        self.execution_timer_at = NO_DEADLINE
+        now = self.clock.now()
+        upcoming = NO_DEADLINE
+        due: list[Request] = []
+        for req in self.executing_requests():
+            deadline = req.deadline
+            if deadline <= now:
+                due.append(req)
+            elif deadline < upcoming:
+                upcoming = deadline
+        for req in due:
+            req.deadline = NO_DEADLINE
+            if req.on_expire is not None:
+                req.on_expire(req)
+        if upcoming < self.execution_timer_at:
+            self._arm_execution_timer(upcoming)
 
     # ------------------------------------------------------------------ cancellation
 

@@ -238,6 +238,21 @@ def test_request_timeout_bounds_an_executing_request(
     httpx.get(upstream.url + "/release/t1")
 
 
+def test_exempt_requests_are_bounded_too(
+    gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
+) -> None:
+    """kube's timeout filter does not look at the priority level: an exempt request (here
+    system:masters) has the same deadline, kept by the exempt level's queue set."""
+    clock: FakeEventClock = gw.app.clock
+    slow = hold(pool, gw, "/queue/hold/t3", headers=ADMIN)
+    wait_until(lambda: "t3" in holding(upstream))
+    gw.call(lambda: clock.advance(61.0))
+    r = slow.result(timeout=5)
+    assert r.status_code == 504 and r.json() == TIMEOUT_STATUS
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"] != running_uid(gw)
+    httpx.get(upstream.url + "/release/t3")
+
+
 def test_a_shorter_timeout_parameter_is_the_deadline(
     gw: ServerThread, upstream: ServerThread, pool: ThreadPoolExecutor
 ) -> None:
