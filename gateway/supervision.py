@@ -276,6 +276,15 @@ def stop_process(
     return int(proc.returncode)
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has bytes (or its end) within ``timeout`` s. ``poll``, as ``select``
+    refuses descriptors from 1024 on (``FD_SETSIZE``), which a supervisor with many sockets
+    open hands out."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, round(timeout * 1000))))
+
+
 @dataclass(slots=True)
 class Spec:
     name: str
@@ -304,6 +313,7 @@ class Child:
             offset = err.tell()
             proc = subprocess.Popen(
                 spec.argv,
+                bufsize=0,  # read only through its fd (``os.read``): no buffer to strand bytes in
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if spec.announce else err,
                 stderr=err,
@@ -326,7 +336,7 @@ class Child:
             return True
         out = self.proc.stdout
         assert out is not None
-        if select.select([out], [], [], timeout)[0]:
+        if _readable(out.fileno(), timeout):
             chunk = os.read(out.fileno(), 4096)
             if not chunk:  # stdout closed: the child is exiting
                 return False
@@ -348,7 +358,7 @@ class Child:
         out = self.proc.stdout
         if out is None or out.closed or not self.url:
             return
-        while select.select([out], [], [], 0)[0]:
+        while _readable(out.fileno(), 0):
             chunk = os.read(out.fileno(), 65536)
             if not chunk:
                 out.close()

@@ -43,6 +43,9 @@ class Conn(asyncio.Protocol):
         self.closed = False
         self.write_paused = False  # the socket's buffer is above its high-water mark
         self.idle_since = 0.0
+        # Done once the transport has closed its socket (``connection_lost``): what a stop
+        # waits for, as a transport still closing when the loop stops leaves it open.
+        self.lost: asyncio.Future[None] = self.loop.create_future()
         self._reset()
 
     def _reset(self) -> None:
@@ -66,6 +69,7 @@ class Conn(asyncio.Protocol):
     # asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self.pool.conns.add(self)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -99,6 +103,8 @@ class Conn(asyncio.Protocol):
             self._fail(UpstreamProtocolError(f"upstream closed the connection: {exc or 'EOF'}"))
         self._wake_writer()
         self.pool.forget(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
 
     # httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -185,6 +191,15 @@ class Conn(asyncio.Protocol):
                 # never relies on close_notify.
                 self.transport.abort()
 
+    def abort(self, exc: Exception) -> None:
+        """Close now, unsent bytes dropped: an exchange still running fails with ``exc``
+        (never taken for a body that ends at EOF)."""
+        if not self.complete:
+            self._fail(exc)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
     def take(self) -> bytes:
         data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
         self.chunks.clear()
@@ -263,10 +278,14 @@ class Pool:
         self.timeouts = t
         self.expiry = expiry
         self.idle: list[Conn] = []
+        self.conns: set[Conn] = set()  # every open connection, idle or in use
+        self.closed = False
         self.active = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     async def acquire(self) -> Conn:
+        if self.closed:
+            raise UpstreamConnectError(f"{self.host}:{self.port}: the gateway is stopping")
         now = time.monotonic()
         while self.idle:
             conn = self.idle.pop()
@@ -340,10 +359,21 @@ class Pool:
                 break
 
     def forget(self, conn: Conn) -> None:
+        self.conns.discard(conn)
         if conn in self.idle:
             self.idle.remove(conn)
 
-    def close(self) -> None:
-        for conn in self.idle:
-            conn.close()
+    def close(self) -> list[asyncio.Future[None]]:
+        """Stop: every connection aborted, idle or in use (an exchange still running fails as
+        if the upstream had gone); acquiring fails from now on. What to await for each
+        connection's socket to be closed."""
+        self.closed = True
         self.idle.clear()
+        gone = UpstreamConnectError(f"{self.host}:{self.port}: the gateway is stopping")
+        lost = []
+        for conn in list(self.conns):
+            conn.abort(gone)
+            lost.append(conn.lost)
+        while self._wake_one():  # a waiter's acquire now fails
+            pass
+        return lost

@@ -11,6 +11,7 @@ it fires early), so a steady stream costs no timer churn.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -27,6 +28,10 @@ from gateway.proxy.transport import (
 from gateway.proxy.upstream_tls import TLSTarget, UpstreamTLS
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+
+# How long ``aclose`` waits for its aborted connections' sockets to close (the loop closes each
+# on its next turn; this bounds a transport implementation that never reports it).
+CLOSE_WAIT = 5.0
 
 
 class H1Response:
@@ -64,6 +69,7 @@ class H1UpstreamTransport:
         self.limits = limits
         self.tls = tls
         self._pools: dict[tuple[str, int, bool], Pool] = {}
+        self._closed = False
         self._targets: dict[str, tuple[str, int, bytes, int, TLSTarget | None]] = {}
 
     def _split(self, url: str) -> tuple[str, int, bytes, int, TLSTarget | None]:
@@ -99,6 +105,8 @@ class H1UpstreamTransport:
         key = (host, port, long_running)
         pool = self._pools.get(key)
         if pool is None:
+            if self._closed:
+                raise UpstreamConnectError(f"{host}:{port}: the gateway is stopping")
             limit = 0 if long_running else self.limits.max_connections
             pool = Pool(host, port, limit, self.timeouts, self.limits.keepalive_expiry, tls)
             self._pools[key] = pool
@@ -219,9 +227,15 @@ class H1UpstreamTransport:
         conn.sent_all = True
 
     async def aclose(self) -> None:
-        for pool in self._pools.values():
-            pool.close()
+        """The gateway's stop: every upstream connection is closed, idle or still in use (an
+        exchange the server stopped waiting for), and awaited until its socket is: a transport
+        the loop never finished closing stays open until a garbage collection finds it, with
+        a ResourceWarning, and its upstream keeps the connection."""
+        self._closed = True
+        lost = [fut for pool in self._pools.values() for fut in pool.close()]
         self._pools.clear()
+        if lost:
+            await asyncio.wait(lost, timeout=CLOSE_WAIT)
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -26,12 +26,6 @@ from gateway.testing import FakeEventClock
 from tests.frontdoor.conftest import ServerThread, start_gateway
 from tests.support.wait import wait_until
 
-# The in-process gateways of this module have twice left an upstream connection "closing" at
-# stop, and its ResourceWarning surfaced at garbage collection as an unraisable exception in a
-# later test of this module (on a loaded machine, never alone). Tolerated here only, and noted
-# on issue 24 for a fix in the list-learning abort path.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 ADMIN = {"Authorization": "Bearer admin-token"}
 USER = {"Authorization": "Bearer user-token"}
 

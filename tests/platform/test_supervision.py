@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import signal
 import subprocess
 import sys
@@ -155,35 +157,59 @@ def test_a_dead_child_is_restarted_with_back_off_and_stops_in_reverse_order(
     assert marker.read_text().split() == ["b", "a"]
 
 
-@pytest.mark.skip(
-    reason="times out in 2 of 4 whole-suite runs on 2026-12-04 (passes alone): a lost tail of "
-    "the child's stdout is suspected (Child.drain reads the fd while the announcement was read "
-    "through the buffered pipe); to be fixed, see the 2026-12-04 closing note"
+CHATTY = (
+    "import sys, time\n"
+    "print('LISTENING http://127.0.0.1:1/', flush=True)\n"
+    "for i in range(2000):\n"
+    "    print('line', i, 'x' * 100, flush=True)\n"
+    "print('done', file=sys.stderr, flush=True)\n"
+    "time.sleep(60)\n"
 )
-def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -> None:
-    """Nobody reads a child's stdout after the announcement but the supervisor: unread, a
-    full pipe (64 KiB) would block the child's next print."""
-    code = (
-        "import sys, time\n"
-        "print('LISTENING http://127.0.0.1:1/', flush=True)\n"
-        "for i in range(2000):\n"
-        "    print('line', i, 'x' * 100, flush=True)\n"
-        "print('done', file=sys.stderr, flush=True)\n"
-        "time.sleep(60)\n"
-    )
+
+
+def _all_it_printed_is_logged(log: Path) -> int:
+    """A child prints 220 KB after its address (more than a pipe holds), then ``done`` on
+    stderr; ``tick`` must move all of it to its log. The number of the pipe it was read from."""
     supervisor = Supervisor(report=lambda _: None)
     try:
-        supervisor.add(Spec("chatty", _python(code), tmp_path / "c.log"))
+        child = supervisor.add(Spec("chatty", _python(CHATTY), log))
+        assert child.proc.stdout is not None
+        pipe = child.proc.stdout.fileno()
         supervisor.wait_ready(30)
 
         def logged() -> bool:
             supervisor.tick()
-            text = (tmp_path / "c.log").read_text()
+            text = log.read_text()
             return "done" in text and "line 1999 " in text
 
         wait_until(logged, 30, "all the child printed in its log", interval=0.02)
+        return pipe
     finally:
         supervisor.stop()
+
+
+def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -> None:
+    """Nobody reads a child's stdout after the announcement but the supervisor: unread, a
+    full pipe (64 KiB) would block the child's next print."""
+    _all_it_printed_is_logged(tmp_path / "c.log")
+
+
+def test_a_supervisor_with_over_1024_files_open_reads_its_children(tmp_path: Path) -> None:
+    """``select`` refuses descriptors from 1024 on (``FD_SETSIZE``): a supervisor holding
+    many sockets gets such numbers for its children's pipes and must still read them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1100  # the pipe's read end gets the lowest free number: above the held ones
+    assert hard == resource.RLIM_INFINITY or hard >= wanted + 64, f"hard limit {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted + 64), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < wanted:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        assert _all_it_printed_is_logged(tmp_path / "c.log") > wanted
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_child_that_may_not_restart_is_reported(tmp_path: Path) -> None:
