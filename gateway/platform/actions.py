@@ -35,6 +35,9 @@ SUPPORTED_KIND_PREFIXES = ("python:3",)
 MAX_CODE_BYTES = 48 * 1024 * 1024
 MAX_GRACE_SECONDS = 3600
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# The kinds a tenant may name: a closed set, since ``kind`` is a label on the router's and
+# manager's metrics (a free-form kind would let a tenant mint series without bound).
+_KIND = re.compile(r"python:(?:default|3(?:\.[0-9]{1,2})?)")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.IGNORECASE)
 
 
@@ -183,8 +186,12 @@ def validate_put(
         raise ApiError(400, "The request content was malformed: 'exec.kind' is required.")
     if kind == "sequence":
         raise not_implemented("Sequences")
-    if kind != "python:default" and not kind.startswith(SUPPORTED_KIND_PREFIXES):
-        raise ApiError(400, f"kind '{kind}' is not supported (supported: python:3.x).")
+    if not _KIND.fullmatch(kind):
+        shown = kind if len(kind) <= 64 else kind[:64] + "..."
+        raise ApiError(
+            400,
+            f"kind '{shown}' is not supported (supported: python:3, python:3.x, python:default).",
+        )
     code = exec_.get("code")
     if not isinstance(code, str) or not code:
         raise ApiError(400, "The request content was malformed: 'exec.code' is required.")

@@ -35,6 +35,10 @@ def test_defaults_and_typed_view() -> None:
         ([], "expected a JSON object"),
         ({}, "'exec' is required"),
         ({"exec": {"kind": "nodejs:20", "code": "x"}}, "not supported"),
+        # kind labels metric series: a free-form suffix would mint one per action
+        ({"exec": {"kind": "python:3-" + "x" * 5000, "code": "x"}}, "python:3-xxx"),
+        ({"exec": {"kind": "python:3.11a", "code": "x"}}, "not supported"),
+        ({"exec": {"kind": "python:3.123", "code": "x"}}, "not supported"),
         ({"exec": {"kind": "python:3"}}, "'exec.code' is required"),
         ({"exec": {**CODE, "main": "not a name"}}, "'exec.main'"),
         ({"exec": CODE, "limits": {"timeout": 50}}, "limits.timeout must be an integer in [100"),
@@ -97,3 +101,15 @@ def test_runtime_fields_travel_from_the_document_to_the_manager() -> None:
     plain = ActionInfo.from_doc(validate_put("guest", "b", {"exec": CODE})).spec()
     assert set(plain.to_json()) == {"namespace", "name", "version", "kind", "memory",
                                     "concurrency", "timeout", "instances", "eviction"}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["python:3", "python:3.11", "python:3.9", "python:default"])
+def test_supported_kinds_are_accepted(kind: str) -> None:
+    doc = validate_put("guest", "a", {"exec": {**CODE, "kind": kind}})
+    assert doc["exec"]["kind"] == kind
+
+
+def test_a_rejected_kind_is_shown_cut_short() -> None:
+    with pytest.raises(ApiError) as exc:
+        validate_put("guest", "a", {"exec": {"kind": "python:3-" + "x" * 5000, "code": "x"}})
+    assert len(exc.value.message) < 200
