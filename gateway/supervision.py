@@ -31,6 +31,10 @@ from gateway.clock import Clock
 
 #: How much of a log's end is read to find its last line, and how much of that line is shown.
 TAIL_BYTES = 8192
+# What one ``drain`` moves at most: a child printing without pause (an access log to stdout
+# under load) must not keep the supervisor's tick from its other children; the rest waits
+# in the pipe for the next tick.
+DRAIN_BYTES = 1024 * 1024
 MAX_LINE = 500
 
 
@@ -358,12 +362,14 @@ class Child:
         out = self.proc.stdout
         if out is None or out.closed or not self.url:
             return
-        while _readable(out.fileno(), 0):
+        moved = 0
+        while moved < DRAIN_BYTES and _readable(out.fileno(), 0):
             chunk = os.read(out.fileno(), 65536)
             if not chunk:
                 out.close()
                 return
             self._keep(chunk)
+            moved += len(chunk)
 
     def _keep(self, data: bytes) -> None:
         if data:

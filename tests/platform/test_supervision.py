@@ -7,12 +7,14 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from gateway.supervision import (
+    DRAIN_BYTES,
     Backoff,
     BackoffSettings,
     GracefulStop,
@@ -192,6 +194,32 @@ def test_what_a_child_prints_after_its_address_goes_to_its_log(tmp_path: Path) -
     """Nobody reads a child's stdout after the announcement but the supervisor: unread, a
     full pipe (64 KiB) would block the child's next print."""
     _all_it_printed_is_logged(tmp_path / "c.log")
+
+
+FLOOD = (
+    "import os\n"
+    "print('LISTENING http://127.0.0.1:1/', flush=True)\n"
+    "while True:\n"
+    "    os.write(1, b'x' * 65536)\n"
+)
+
+
+def test_a_child_that_never_stops_printing_does_not_hold_the_tick(tmp_path: Path) -> None:
+    """One drain moves at most ``DRAIN_BYTES``: a child printing without pause would keep an
+    unbounded drain (and the tick, and every other child's supervision) busy as long as the
+    reading keeps up with it (measured without the bound: 10 MB in one drain)."""
+    log = tmp_path / "flood.log"
+    supervisor = Supervisor(report=lambda _: None)
+    try:
+        child = supervisor.add(Spec("flood", _python(FLOOD), log))
+        supervisor.wait_ready(30)
+        drained = threading.Thread(target=child.drain, daemon=True)
+        drained.start()
+        drained.join(30)  # returns at once when bounded
+        assert not drained.is_alive(), "drain did not return while the child kept printing"
+        assert 0 < log.stat().st_size <= DRAIN_BYTES + 65536
+    finally:
+        supervisor.stop()
 
 
 def test_a_supervisor_with_over_1024_files_open_reads_its_children(tmp_path: Path) -> None:
