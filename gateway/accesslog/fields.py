@@ -83,6 +83,7 @@ _PROTOCOLS: Final = {
     "1.1": ',"protocol":"http/1.1"', "2": ',"protocol":"h2"', "1.0": ',"protocol":"http/1.0"',
 }  # fmt: skip
 _HTTP11: Final = ',"protocol":"http/1.1"'
+_GET: Final = ',"method":"GET"'
 # Numbers as text from tables, not formatted per line, each with the field name in front so
 # the line has fewer pieces: "000" to "999"; a duration's head "<name>0.000" to "<name>0.999"
 # (seconds and milliseconds; its microseconds come from _DIGITS3); statuses; small counts.
@@ -152,8 +153,10 @@ class JsonFormat:
         self._apf = _Field("apf")
         self._reason = _Field("apfReason")
         self._agent = _Field("userAgent")
-        # apf's text with ``"apfReason":null`` behind it (no reason: nearly every request)
-        self._apf_only: dict[str, str] = {}
+        # apf's text after a zero queue wait and before ``"apfReason":null`` (a request that
+        # was not queued: nearly every one), and a flow schema's with its level's
+        self._apf_now: dict[str, str] = {}
+        self._schemas: dict[str, tuple[str, str]] = {}
 
     def __call__(self, e: Entry) -> str:
         raw = e.scope
@@ -189,7 +192,7 @@ class JsonFormat:
         if context is None:
             user = ',"user":null'
             up_head = _NO_CONTEXT
-            up_tail = fs = pl = dist = seats = wait_head = wait_tail = apf = ""
+            up_tail = fs = dist = seats = apf = ""
         else:
             user = self._user.get(context.digest.user.name)
             if context.upstream_seconds < 0:
@@ -202,33 +205,33 @@ class JsonFormat:
             c = context.classification
             if c is None:
                 fs = ',"flowSchema":null,"priorityLevel":null,"flowDistinguisher":null'
-                pl = dist = ""
+                dist = ""
                 seats = ',"seats":null'
             else:
-                fs = self._fs.get(c.flow_schema)
-                pl = self._pl.get(c.priority_level)
+                fs = self._schema(c.flow_schema, c.priority_level)
                 dist = (
                     self._dist.get(c.distinguisher) if c.distinguisher
                     else ',"flowDistinguisher":null'
                 )  # fmt: skip
                 n = context.work.initial_seats
                 seats = _SEATS[n] if 0 <= n < 100 else ',"seats":' + str(n)
-            if context.apf:
-                wait = _micros(context.queue_wait)
-                wait_head = _head(_WAITS, ',"queueWaitSeconds":', wait)
-                wait_tail = _DIGITS3[wait % 1000]
-                if context.apf_reason:
-                    apf = self._apf.get(context.apf) + self._reason.get(context.apf_reason)
-                else:
-                    apf = self._apf_only.get(context.apf) or self._apf_text(context.apf)
+            if not context.apf:
+                apf = ',"queueWaitSeconds":0.000000,"apf":null,"apfReason":null'
+            elif context.queue_wait <= 0.0 and not context.apf_reason:  # not queued
+                apf = self._apf_now.get(context.apf) or self._apf_text(context.apf)
             else:
-                wait_head = ',"queueWaitSeconds":0.000000'
-                wait_tail = ""
-                apf = ',"apf":null,"apfReason":null'
+                wait = _micros(context.queue_wait)
+                apf = (
+                    _head(_WAITS, ',"queueWaitSeconds":', wait) + _DIGITS3[wait % 1000]
+                    + self._apf.get(context.apf)
+                    + (self._reason.get(context.apf_reason) if context.apf_reason
+                       else ',"apfReason":null')
+                )  # fmt: skip
         when = self._second.text_of(second)
         ms = _MILLIS[millis if 0 <= millis < 1000 else 0]
         host = self._client.get(client[0]) if client else '","client":null'
-        method = self._method.get(scope.get("method", "GET"))
+        verb: str = scope.get("method", "GET")
+        method = _GET if verb == "GET" else self._method.get(verb)
         path = self._path.get(scope["path"])
         query_text = _query(query) if query else ',"query":""'
         dur_head = _head(_DURATIONS, ',"durationSeconds":', duration)
@@ -240,15 +243,26 @@ class JsonFormat:
         end = ',"referer":null}' if referer is None else _referer(referer)
         return (
             f"{when}{ms}{rid}{host}{user}{method}{path}{query_text}{counts}{e.bytes_out}"
-            f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{pl}{dist}{seats}{wait_head}{wait_tail}"
-            f"{apf}{proto}{agent_text}{end}"
+            f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{dist}{seats}{apf}{proto}{agent_text}{end}"
         )
 
     def _apf_text(self, apf: str) -> str:
-        text = self._apf.get(apf) + ',"apfReason":null'
-        if len(self._apf_only) >= _CACHE_SIZE:
-            self._apf_only.clear()
-        self._apf_only[apf] = text
+        text = ',"queueWaitSeconds":0.000000' + self._apf.get(apf) + ',"apfReason":null'
+        if len(self._apf_now) >= _CACHE_SIZE:
+            self._apf_now.clear()
+        self._apf_now[apf] = text
+        return text
+
+    def _schema(self, flow_schema: str, level: str) -> str:
+        """The flow schema's and its priority level's text: one look-up, as a flow schema
+        names one level (the level is compared, for the moment a configuration changes)."""
+        known = self._schemas.get(flow_schema)
+        if known is not None and known[0] == level:
+            return known[1]
+        text = self._fs.get(flow_schema) + self._pl.get(level)
+        if len(self._schemas) >= _CACHE_SIZE:
+            self._schemas.clear()
+        self._schemas[flow_schema] = (level, text)
         return text
 
 
