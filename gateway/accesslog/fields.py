@@ -94,7 +94,11 @@ _WAITS: Final = tuple(f',"queueWaitSeconds":0.{n:03d}' for n in range(1000))
 _STATUSES: Final = tuple(f',"status":{n}' for n in range(600))
 # the usual bodiless request: status, no bytes in, and the name of bytesOut, as one piece
 _STATUSES_NO_BODY: Final = tuple(f',"status":{n},"bytesIn":0,"bytesOut":' for n in range(600))
+# ... and with the empty query in front (no query string: most requests)
+_PLAIN: Final = tuple(f',"query":""{text}' for text in _STATUSES_NO_BODY)
 _SEATS: Final = tuple(f',"seats":{n}' for n in range(100))
+# ... and with no distinguisher in front (most flow schemas have none)
+_UNDISTINGUISHED: Final = tuple(f',"flowDistinguisher":null{text}' for text in _SEATS)
 # the request ID's opening quote goes with the milliseconds, its closing one with the client
 _MILLIS: Final = tuple(f'.{n:03d}Z","requestID":"' for n in range(1000))
 _CACHE_SIZE: Final = 4096
@@ -122,14 +126,15 @@ class _Field:
     users, methods, paths, flow schemas, levels, user agents): a dict hit costs a fraction of
     escaping the value and adds one piece to the line, not two. Bounded: emptied when full."""
 
-    def __init__(self, name: str, prefix: str = ",") -> None:
+    def __init__(self, name: str, prefix: str = ",", suffix: str = "") -> None:
         self.prefix = f'{prefix}"{name}":'
+        self.suffix = suffix
         self.known: dict[str, str] = {}
 
     def get(self, value: str) -> str:
         text = self.known.get(value)
         if text is None:
-            text = self.prefix + encode_basestring(value)
+            text = self.prefix + encode_basestring(value) + self.suffix
             if len(self.known) >= _CACHE_SIZE:
                 self.known.clear()
             self.known[value] = text
@@ -153,6 +158,7 @@ class JsonFormat:
         self._apf = _Field("apf")
         self._reason = _Field("apfReason")
         self._agent = _Field("userAgent")
+        self._agent_end = _Field("userAgent", suffix=',"referer":null}')
         # apf's text after a zero queue wait and before ``"apfReason":null`` (a request that
         # was not queued: nearly every one), and a flow schema's with its level's
         self._apf_now: dict[str, str] = {}
@@ -183,16 +189,18 @@ class JsonFormat:
                     "http/" + version
                 )
         if e.bytes_in == 0 and 0 <= status < 600:
-            counts = _STATUSES_NO_BODY[status]
+            counts = _STATUSES_NO_BODY[status] if query else _PLAIN[status]
         else:
             counts = (
                 (_STATUSES[status] if 0 <= status < 600 else ',"status":' + str(status))
                 + ',"bytesIn":' + str(e.bytes_in) + ',"bytesOut":'
             )  # fmt: skip
+            if not query:
+                counts = ',"query":""' + counts
         if context is None:
             user = ',"user":null'
             up_head = _NO_CONTEXT
-            up_tail = fs = dist = seats = apf = ""
+            up_tail = fs = seats = apf = ""
         else:
             user = self._user.get(context.digest.user.name)
             if context.upstream_seconds < 0:
@@ -205,16 +213,18 @@ class JsonFormat:
             c = context.classification
             if c is None:
                 fs = ',"flowSchema":null,"priorityLevel":null,"flowDistinguisher":null'
-                dist = ""
                 seats = ',"seats":null'
             else:
                 fs = self._schema(c.flow_schema, c.priority_level)
-                dist = (
-                    self._dist.get(c.distinguisher) if c.distinguisher
-                    else ',"flowDistinguisher":null'
-                )  # fmt: skip
                 n = context.work.initial_seats
-                seats = _SEATS[n] if 0 <= n < 100 else ',"seats":' + str(n)
+                if not c.distinguisher and 0 <= n < 100:
+                    seats = _UNDISTINGUISHED[n]
+                else:
+                    seats = (
+                        (self._dist.get(c.distinguisher) if c.distinguisher
+                         else ',"flowDistinguisher":null')
+                        + (_SEATS[n] if 0 <= n < 100 else ',"seats":' + str(n))
+                    )  # fmt: skip
             if not context.apf:
                 apf = ',"queueWaitSeconds":0.000000,"apf":null,"apfReason":null'
             elif context.queue_wait <= 0.0 and not context.apf_reason:  # not queued
@@ -233,17 +243,22 @@ class JsonFormat:
         verb: str = scope.get("method", "GET")
         method = _GET if verb == "GET" else self._method.get(verb)
         path = self._path.get(scope["path"])
-        query_text = _query(query) if query else ',"query":""'
+        query_text = _query(query) if query else ""  # else in ``counts``
         dur_head = _head(_DURATIONS, ',"durationSeconds":', duration)
         dur_tail = _DIGITS3[duration % 1000]
-        agent_text = (
-            self._agent.get(agent.decode("latin-1")) if agent is not None
-            else ',"userAgent":null'
-        )  # fmt: skip
-        end = ',"referer":null}' if referer is None else _referer(referer)
+        if referer is None:  # the last two fields and the closing brace as one piece
+            end = (
+                self._agent_end.get(agent.decode("latin-1")) if agent is not None
+                else ',"userAgent":null,"referer":null}'
+            )  # fmt: skip
+        else:
+            end = (
+                self._agent.get(agent.decode("latin-1")) if agent is not None
+                else ',"userAgent":null'
+            ) + _referer(referer)  # fmt: skip
         return (
             f"{when}{ms}{rid}{host}{user}{method}{path}{query_text}{counts}{e.bytes_out}"
-            f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{dist}{seats}{apf}{proto}{agent_text}{end}"
+            f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{seats}{apf}{proto}{end}"
         )
 
     def _apf_text(self, apf: str) -> str:
