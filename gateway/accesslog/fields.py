@@ -21,18 +21,22 @@ FORMATS: Final = ("json", "combined")
 
 
 class Entry:
-    __slots__ = ("bytes_in", "bytes_out", "duration", "request_id", "scope", "started", "status")
+    __slots__ = (
+        "bytes_in", "bytes_out", "duration", "generated", "request_id", "scope", "started",
+        "status",
+    )  # fmt: skip
 
     def __init__(
         self,
         started: float,  # when the request reached the front door: perf_counter on the loop,
         # turned into wall-clock time by the writer thread before formatting
         duration: float,  # seconds until the response was complete
-        request_id: bytes,
+        request_id: str,  # visible ASCII (requestid.is_safe) or generated
         scope: Scope,
         status: int,
         bytes_in: int,
         bytes_out: int,
+        generated: bool = False,  # the ID is the gateway's hex: nothing to escape, no check
     ) -> None:
         self.started = started
         self.duration = duration
@@ -41,6 +45,7 @@ class Entry:
         self.status = status
         self.bytes_in = bytes_in
         self.bytes_out = bytes_out
+        self.generated = generated
 
 
 class _SecondCache:
@@ -169,8 +174,8 @@ class JsonFormat:
         scope: dict[str, Any] = raw if isinstance(raw, dict) else dict(raw)
         second = int(e.started)
         millis = int((e.started - second) * 1000.0)
-        rid = e.request_id.decode("ascii")
-        if not rid.isalnum():  # generated IDs are hex; a client's may hold " or \
+        rid = e.request_id
+        if not e.generated and not rid.isalnum():  # a client's ID may hold " or \
             rid = encode_basestring(rid)[1:-1]
         client = scope.get("client")
         context = request_context(scope)
@@ -178,7 +183,8 @@ class JsonFormat:
         query: bytes = scope.get("query_string", b"")
         status = e.status
         duration = _micros(e.duration)
-        if scope["type"] == "websocket":
+        kind: str = scope["type"]  # typed: a native comparison, not a generic one
+        if kind == "websocket":
             proto = ',"protocol":"websocket"'
         else:
             version: str = scope.get("http_version", "1.1")

@@ -32,10 +32,14 @@ TEXT = st.text(st.characters(codec=None, categories=None), max_size=12)
 SOME = st.one_of(TEXT, st.sampled_from(["", "GET", "a", '"', "\\", "\x00", "\U0001f600"]))
 LATIN1 = st.binary(max_size=12)
 SECONDS = st.one_of(st.floats(0, 5000, allow_nan=False), st.sampled_from([0.0, 0.9999996]))
-# request IDs as request_id() lets them through: visible ASCII, or 32 generated hex digits
+# request IDs as request_id() lets them through: a client's visible ASCII (not generated),
+# or 32 generated hex digits
 RID = st.one_of(
-    st.binary(min_size=1, max_size=40).map(lambda b: bytes(0x21 + x % 94 for x in b)),
-    st.integers(0, 2**128 - 1).map(lambda n: b"%032x" % n),
+    st.tuples(
+        st.binary(min_size=1, max_size=40).map(lambda b: bytes(0x21 + x % 94 for x in b)),
+        st.just(False),
+    ),
+    st.tuples(st.integers(0, 2**128 - 1).map(lambda n: b"%032x" % n), st.just(True)),
 )
 
 
@@ -51,7 +55,7 @@ LEVEL = _level()
 class Record:
     started: float
     duration: float
-    rid: bytes
+    rid: tuple[bytes, bool]  # the ID, and whether it was generated
     client: str | None
     method: str
     path: str
@@ -123,7 +127,11 @@ def _entry(r: Record) -> Entry:
             )  # fmt: skip
             context.work = WorkEstimate(initial_seats=seats)
         scope[CONTEXT_KEY] = context
-    return Entry(r.started, r.duration, r.rid, scope, r.status, r.bytes_in, r.bytes_out)
+    rid, generated = r.rid
+    return Entry(
+        r.started, r.duration, rid.decode("ascii"), scope, r.status, r.bytes_in, r.bytes_out,
+        generated=generated,
+    )  # fmt: skip
 
 
 def _seconds(value: float) -> str:
@@ -141,7 +149,7 @@ def _expected(r: Record) -> str:
     when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{millis:03d}Z"
     query = redact_query(r.query.decode("latin-1")) if r.query else ""
     fields: list[tuple[str, str]] = [
-        ("time", s(when)), ("requestID", s(r.rid.decode("ascii"))), ("client", s(r.client)),
+        ("time", s(when)), ("requestID", s(r.rid[0].decode("ascii"))), ("client", s(r.client)),
         ("user", s(r.context[0] if r.context else None)), ("method", s(r.method)),
         ("path", s(r.path)), ("query", s(query)), ("status", str(r.status)),
         ("bytesIn", str(r.bytes_in)), ("bytesOut", str(r.bytes_out)),
