@@ -129,20 +129,29 @@ def _head(heads: tuple[str, ...], name: str, micros: int) -> str:
 class _Field:
     """A field's ``,"name":value`` text, remembered for the values that repeat (clients,
     users, methods, paths, flow schemas, levels, user agents): a dict hit costs a fraction of
-    escaping the value and adds one piece to the line, not two. Bounded: emptied when full."""
+    escaping the value and adds one piece to the line, not two. Bounded: emptied when full.
+    The last value is also kept by identity: the same object request after request (a cached
+    user's name, a configured flow schema's, a connection's client address) then costs a
+    pointer comparison, not a dict look-up."""
 
     def __init__(self, name: str, prefix: str = ",", suffix: str = "") -> None:
         self.prefix = f'{prefix}"{name}":'
         self.suffix = suffix
         self.known: dict[str, str] = {}
+        self.last: str | None = None
+        self.last_text = ""
 
     def get(self, value: str) -> str:
+        if value is self.last:
+            return self.last_text
         text = self.known.get(value)
         if text is None:
             text = self.prefix + encode_basestring(value) + self.suffix
             if len(self.known) >= _CACHE_SIZE:
                 self.known.clear()
             self.known[value] = text
+        self.last = value
+        self.last_text = text
         return text
 
 
@@ -175,8 +184,11 @@ class JsonFormat(LineFormat):
         self._agent_end = _Field("userAgent", suffix=',"referer":null}')
         # apf's text after a zero queue wait and before ``"apfReason":null`` (a request that
         # was not queued: nearly every one), and a flow schema's with its level's
-        self._apf_now: dict[str, str] = {}
+        self._apf_now = _Field("apf", ',"queueWaitSeconds":0.000000,', ',"apfReason":null')
         self._schemas: dict[str, tuple[str, str]] = {}
+        self._last_schema: str | None = None
+        self._last_level: str | None = None
+        self._last_schema_text = ""
 
     def __call__(self, e: Entry) -> str:
         raw = e.scope
@@ -245,7 +257,7 @@ class JsonFormat(LineFormat):
             if not context.apf:
                 apf = ',"queueWaitSeconds":0.000000,"apf":null,"apfReason":null'
             elif context.queue_wait <= 0.0 and not context.apf_reason:  # not queued
-                apf = self._apf_now.get(context.apf) or self._apf_text(context.apf)
+                apf = self._apf_now.get(context.apf)
             else:
                 wait = _micros(context.queue_wait)
                 apf = (
@@ -278,16 +290,17 @@ class JsonFormat(LineFormat):
             f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{seats}{apf}{proto}{end}"
         )
 
-    def _apf_text(self, apf: str) -> str:
-        text = ',"queueWaitSeconds":0.000000' + self._apf.get(apf) + ',"apfReason":null'
-        if len(self._apf_now) >= _CACHE_SIZE:
-            self._apf_now.clear()
-        self._apf_now[apf] = text
-        return text
-
     def _schema(self, flow_schema: str, level: str) -> str:
         """The flow schema's and its priority level's text: one look-up, as a flow schema
         names one level (the level is compared, for the moment a configuration changes)."""
+        if flow_schema is self._last_schema and level is self._last_level:
+            return self._last_schema_text
+        self._last_schema = flow_schema
+        self._last_level = level
+        text = self._last_schema_text = self._schema_text(flow_schema, level)
+        return text
+
+    def _schema_text(self, flow_schema: str, level: str) -> str:
         known = self._schemas.get(flow_schema)
         if known is not None and known[0] == level:
             return known[1]

@@ -74,7 +74,7 @@ class RequestLog:
 
         async def send_logged(message: Message) -> None:
             nonlocal status, bytes_out
-            kind = message["type"]
+            kind: str = message["type"]  # typed: native comparisons (compiled)
             if kind == "http.response.body":
                 bytes_out += len(message.get("body", b""))
             elif kind in _HTTP_STARTS:
@@ -94,7 +94,7 @@ class RequestLog:
         async def receive_counted() -> Message:
             nonlocal bytes_in
             message = await receive()
-            kind = message["type"]
+            kind: str = message["type"]  # typed: native comparisons (compiled)
             if kind == "http.request":
                 bytes_in += len(message.get("body", b""))
             elif kind == "websocket.receive":
