@@ -19,19 +19,23 @@ def is_safe(value: bytes) -> bool:
     return 0 < len(value) <= MAX_LENGTH and not value.translate(None, _VISIBLE)
 
 
-def new_id() -> bytes:
-    return os.urandom(16).hex().encode("ascii")
+def new_id() -> tuple[bytes, str]:
+    """A generated ID, for the headers and for the log (its text: no decoding per line)."""
+    text = os.urandom(16).hex()
+    return text.encode("ascii"), text
 
 
-def request_id(headers: list[tuple[bytes, bytes]], name: bytes) -> tuple[bytes, bool]:
-    """(the request's ID, whether the client sent it as one safe value). Several values of
-    the header are not one ID: a new one replaces them all."""
+def request_id(headers: list[tuple[bytes, bytes]], name: bytes) -> tuple[bytes, str, bool]:
+    """(the request's ID, its text, whether the client sent it as one safe value). Several
+    values of the header are not one ID: a new one replaces them all."""
     found: bytes | None = None
     for n, v in headers:
         if n == name:
             if found is not None:
-                return new_id(), False
+                rid, text = new_id()
+                return rid, text, False
             found = v
     if found is not None and is_safe(found):
-        return found, True
-    return new_id(), False
+        return found, found.decode("ascii"), True
+    rid, text = new_id()
+    return rid, text, False

@@ -20,7 +20,7 @@ import time
 from queue import Empty, SimpleQueue
 from typing import Final
 
-from gateway.accesslog.fields import CombinedFormat, Entry, JsonFormat, formatter
+from gateway.accesslog.fields import Entry, LineFormat, formatter
 
 log = logging.getLogger("gateway.accesslog")
 
@@ -58,7 +58,7 @@ class AccessLogWriter:
     ) -> None:
         self.fd = fd
         self.path = path  # reopened on SIGUSR1 unless it is standard output
-        self.format: JsonFormat | CombinedFormat = formatter(format)
+        self.format: LineFormat = formatter(format)
         self.queue_size = queue_size
         self.flush_timeout = flush_timeout
         # After the first entry of a batch the thread waits this long for more (nginx's
@@ -66,6 +66,9 @@ class AccessLogWriter:
         # per request. An idle log still costs nothing: the wait starts only with an entry.
         self.batch_interval = batch_interval
         self.queue: SimpleQueue[Entry | _Mark] = SimpleQueue()
+        # bound once: a call on the event loop without a method look-up each time (compiled)
+        self._put = self.queue.put
+        self._qsize = self.queue.qsize
         self.dropped = 0  # counted on the event loop (queue full) and in the thread (write)
         self.written = 0
         self.reopened = 0
@@ -84,11 +87,11 @@ class AccessLogWriter:
 
     def submit(self, entry: Entry) -> None:
         """On the event loop: queue ``entry``, or drop it when the queue is full."""
-        if self.queue.qsize() >= self.queue_size:
+        if self._qsize() >= self.queue_size:
             with self._lock:
                 self.dropped += 1
             return
-        self.queue.put(entry)
+        self._put(entry)
 
     def reopen(self) -> None:
         """SIGUSR1 (nginx's semantics, for logrotate without ``copytruncate``): the lines
@@ -131,7 +134,7 @@ class AccessLogWriter:
     def _drain(self, first: Entry | _Mark | None) -> bool:
         """Write ``first`` and everything queued behind it, in order; True when the stop mark
         was among them."""
-        queue = self.queue
+        take = self.queue.get_nowait  # bound once per batch, not looked up per line
         fmt = self.format
         # Entries carry perf_counter readings (no wall-clock call on the event loop); one
         # offset per batch turns them into wall-clock time.
@@ -142,7 +145,7 @@ class AccessLogWriter:
         while True:
             if item is None:
                 try:
-                    item = queue.get_nowait()
+                    item = take()
                 except Empty:
                     break
             if isinstance(item, Entry):

@@ -50,5 +50,6 @@ def test_refused_handshake_is_logged_with_its_status_and_carries_the_id(enabled:
         assert entries == []
         return
     (entry,) = entries
-    assert entry.status == 400 and entry.request_id == ids[0]
+    assert entry.status == 400 and entry.request_id == ids[0].decode()
+    assert entry.generated
     assert entry.bytes_out == sum(len(b.get("body", b"")) for b in bodies) > 0

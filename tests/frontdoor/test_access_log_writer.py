@@ -27,7 +27,7 @@ def _entry(n: int) -> Entry:
         "type": "http", "http_version": "1.1", "method": "GET", "path": f"/x/{n}",
         "query_string": b"", "headers": [], "client": ("127.0.0.1", 1),
     }  # fmt: skip
-    return Entry(time.perf_counter(), 0.001, b"id-%d" % n, scope, 200, 0, 2)
+    return Entry(time.perf_counter(), 0.001, f"id-{n}", scope, 200, 0, 2)
 
 
 def test_a_stalled_reader_drops_lines_and_never_blocks_submit() -> None:
@@ -94,13 +94,15 @@ def test_close_writes_what_is_queued(tmp_path: Path) -> None:
 )
 def test_safe_request_ids(value: bytes, safe: bool) -> None:
     assert is_safe(value) is safe
-    rid, kept = request_id([(b"x-request-id", value)], b"x-request-id")
-    assert kept is safe and (rid == value) is safe
+    rid, text, kept = request_id([(b"x-request-id", value)], b"x-request-id")
+    assert kept is safe and (rid == value) is safe and text == rid.decode("ascii")
 
 
 def test_two_request_id_headers_are_replaced() -> None:
-    rid, kept = request_id([(b"x-request-id", b"a"), (b"x-request-id", b"b")], b"x-request-id")
-    assert not kept and len(rid) == 32
+    rid, text, kept = request_id(
+        [(b"x-request-id", b"a"), (b"x-request-id", b"b")], b"x-request-id"
+    )
+    assert not kept and len(rid) == 32 and text == rid.decode("ascii")
 
 
 def test_query_and_referer_redaction() -> None:
@@ -216,7 +218,7 @@ def test_json_strings_are_escaped_whether_remembered_or_not() -> None:
     use of a value that needs escaping give the same, valid line."""
     fmt = JsonFormat()
     entry = _entry(0)
-    entry.request_id = b'id"with\\quote'
+    entry.request_id = 'id"with\\quote'
     entry.scope["path"] = '/p/"q"\\\x01\u00e9'
     entry.scope["headers"] = [
         (b"user-agent", b'agent "x"\\\x7f\xe9'),
