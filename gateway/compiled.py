@@ -27,6 +27,7 @@ COMPILED_MODULES = (
     "gateway/flowcontrol/hold.py",
     "gateway/flowcontrol/workestimate/kube.py",
     "gateway/flowcontrol/workestimate/estimator.py",
+    "gateway/http/running.py",
     "gateway/asgi/context.py",
     "gateway/asgi/workestimate.py",
     "gateway/asgi/flowcontrol.py",

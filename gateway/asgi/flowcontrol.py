@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from asyncio import CancelledError, current_task
+from asyncio import CancelledError
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -61,6 +61,7 @@ from gateway.flowcontrol.digest import READ_ONLY_VERBS, UNIT_WORK, RequestDigest
 from gateway.flowcontrol.hold import Admission, Rejected, Waiter, try_start
 from gateway.flowcontrol.queueset import NO_DEADLINE, Request
 from gateway.http.framing import has_body
+from gateway.http.running import running_task
 from gateway.http.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.websocket import ANSWERED, http_send
 from gateway.reconfigure import Swap, Undo, assign
@@ -337,7 +338,7 @@ class FlowControlMiddleware:
         owner = None
         if not watch and scope["type"] == "http":
             timeout = self._execution_timeout(digest)
-            owner = (current_task(), context)  # for _expire
+            owner = (running_task(), context)  # for _expire
         started = try_start(
             controller, classification, work, descr=digest, read_only=verb in READ_ONLY_VERBS,
             watch=watch, wait_limit=self._wait_limit, execution_timeout=timeout,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.http.departure import Departure
+from gateway.http.running import running_task
 from gateway.http.types import Receive
 
 
@@ -34,7 +35,7 @@ class ClientWatch:
     def __init__(self, receive: Receive, departure: Departure | None) -> None:
         self._receive = receive
         self._departure = departure  # the scope's ``DEPARTURE``, when the server gives one
-        task = asyncio.current_task()
+        task = running_task()  # no Python-level call (gateway.http.running)
         assert task is not None
         self._task = task
         # The fallback's task reading receive(); disarm it before the response's last message.
