@@ -144,6 +144,9 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
             got_action = await client.get(base + "/actions/hello")
             assert got_action.json()["exec"]["code"] == code
             assert [a["name"] for a in (await client.get(base + "/actions")).json()] == ["hello"]
+            # counted while the action exists: its delete gives its runtime back (gone soon)
+            family = descendants(proc.pid)
+            assert len(family) >= 5  # manager, 2 routers, front door, at least one runtime
             assert (await client.delete(base + "/actions/hello")).status_code == 200
             assert (await client.get(base + "/actions/hello")).status_code == 404
             # `up --config` reached the front door: the tenants' own level admitted them.
@@ -152,8 +155,6 @@ async def test_up_serves_through_the_front_door_and_stops_cleanly(tmp_path: Path
                 'apiserver_flowcontrol_dispatched_requests_total{flow_schema="platform-tenants",'
                 'priority_level="platform-tenants"}' in metrics
             )
-        family = descendants(proc.pid)
-        assert len(family) >= 5  # manager, 2 routers, front door, at least one runtime
     finally:
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=60)[0].decode()
