@@ -106,6 +106,8 @@ _SEATS: Final = tuple(f',"seats":{n}' for n in range(100))
 _UNDISTINGUISHED: Final = tuple(f',"flowDistinguisher":null{text}' for text in _SEATS)
 # the request ID's opening quote goes with the milliseconds, its closing one with the client
 _MILLIS: Final = tuple(f'.{n:03d}Z","requestID":"' for n in range(1000))
+# response sizes as text (small bodies: errors, short JSON) instead of ``str(int)`` per line
+_SIZES: Final = tuple(str(n) for n in range(1024))
 _CACHE_SIZE: Final = 4096
 _NO_CONTEXT: Final = (
     ',"upstreamSeconds":null,"flowSchema":null,"priorityLevel":null'
@@ -130,19 +132,21 @@ class _Field:
     """A field's ``,"name":value`` text, remembered for the values that repeat (clients,
     users, methods, paths, flow schemas, levels, user agents): a dict hit costs a fraction of
     escaping the value and adds one piece to the line, not two. Bounded: emptied when full.
-    The last value is also kept by identity: the same object request after request (a cached
-    user's name, a configured flow schema's, a connection's client address) then costs a
-    pointer comparison, not a dict look-up."""
+    The last value is also kept: the same value as the last request's (a user's name, a
+    client's address, the path of a client that polls) costs a string comparison (a pointer
+    comparison for the same object), not hashing a new string and a dict look-up. ``last``
+    starts as a real value with its text, so it is always a ``str`` (a native comparison,
+    compiled) and never stale."""
 
     def __init__(self, name: str, prefix: str = ",", suffix: str = "") -> None:
         self.prefix = f'{prefix}"{name}":'
         self.suffix = suffix
         self.known: dict[str, str] = {}
-        self.last: str | None = None
-        self.last_text = ""
+        self.last = ""
+        self.last_text = self.prefix + '""' + suffix
 
     def get(self, value: str) -> str:
-        if value is self.last:
+        if value == self.last:
             return self.last_text
         text = self.known.get(value)
         if text is None:
@@ -285,8 +289,10 @@ class JsonFormat(LineFormat):
                 self._agent.get(agent.decode("latin-1")) if agent is not None
                 else ',"userAgent":null'
             ) + _referer(referer)  # fmt: skip
+        out = e.bytes_out
+        size = _SIZES[out] if 0 <= out < 1024 else str(out)
         return (
-            f"{when}{ms}{rid}{host}{user}{method}{path}{query_text}{counts}{e.bytes_out}"
+            f"{when}{ms}{rid}{host}{user}{method}{path}{query_text}{counts}{size}"
             f"{dur_head}{dur_tail}{up_head}{up_tail}{fs}{seats}{apf}{proto}{end}"
         )
 
